@@ -1,0 +1,33 @@
+# Set-up, tests and the demo. Everything lands in .venv/ (the project) and ~/.cache/del_plugin (assets).
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+# Axolotl 0.21 needs Python 3.12; pyenv shims can name a python3.12 that does not run, so test each candidate.
+PYTHON312 ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
+export AXOLOTL_DO_NOT_TRACK := 1
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup assets test test-fast demo bench clean
+
+$(VENV)/.installed: setup.cfg requirements.lock
+	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found (Axolotl 0.21.0 needs >= 3.12); set PYTHON312=/path/to/python3.12"; exit 1; }
+	$(PYTHON312) -m venv $(VENV)
+	$(PY) -m pip install --quiet pip==26.3
+	$(PY) -m pip install --quiet -c requirements.lock -e ".[axolotl,eval,test]"
+	touch $@
+
+assets: $(VENV)/.installed
+	$(PY) -m del_plugin.assets tokenizers tiny smollm2
+
+setup: assets
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not e2e"
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

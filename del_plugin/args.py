@@ -1,0 +1,99 @@
+"""Config keys of the DEL plugin, validated with the rest of the Axolotl config (before any model is loaded)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+
+PLUGIN_NAME = "del_plugin.DELPlugin"
+
+
+def plugin_enabled(cfg: Any) -> bool:
+    """Whether this config lists the plugin. The PluginManager is a process-wide singleton that keeps every plugin
+    it ever registered, so each hook must check the config it is given."""
+    plugins = cfg.get("plugins") if hasattr(cfg, "get") else getattr(cfg, "plugins", None)
+    return any(str(p).replace(":", ".") == PLUGIN_NAME for p in plugins or [])
+
+
+class DELArgs(BaseModel):
+    """Input args for the Digit Entropy Loss."""
+
+    del_alpha: float = Field(
+        default=0.1,
+        ge=0.0,
+        json_schema_extra={
+            "description": "Weight of the digit loss: L = CE + del_alpha * L_num, with L_num the mean over all "
+            "digit targets of an optimizer step (all micro-batches and GPUs). 0 trains with cross-entropy alone "
+            "and still logs the digit metrics. To reproduce the reference scripts, see the README's conversion."
+        },
+    )
+    del_place_weighting: bool = Field(
+        default=True,
+        json_schema_extra={
+            "description": "Weight each digit by its place in the number (u = slope*(i+1) for integer place i, "
+            "base**(i-1) for decimal places). false: every digit weighs 1."
+        },
+    )
+    del_integer_slope: float = Field(
+        default=2.0,
+        gt=0.0,
+        json_schema_extra={"description": "Slope of the integer-place weight u = slope*(i+1) (paper: 2)."},
+    )
+    del_decimal_base: float = Field(
+        default=1.02,
+        gt=0.0,
+        json_schema_extra={"description": "Base of the decimal-place weight u = base**(i-1) (paper: 1.02)."},
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def check_compatible_with_del(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not plugin_enabled(data):
+            return data
+        problems = []
+        if data.get("liger_fused_linear_cross_entropy"):
+            problems.append(
+                "`liger_fused_linear_cross_entropy: true` fuses the LM head into the loss and never materialises the "
+                "logits that DEL reads; set it to false (`liger_cross_entropy: true` is fine)"
+            )
+        plugins = [str(p) for p in data.get("plugins") or []]
+        if any("cut_cross_entropy" in p for p in plugins) and data.get("cut_cross_entropy", True):
+            problems.append(
+                "Cut Cross Entropy never materialises the logits that DEL reads; remove "
+                "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin from `plugins` or set "
+                "`cut_cross_entropy: false`"
+            )
+        if data.get("rl") or data.get("reward_model") or data.get("process_reward_model"):
+            kind = "rl: " + str(data.get("rl")) if data.get("rl") else "reward modelling"
+            problems.append(f"DEL applies to supervised fine-tuning only, but this config trains with {kind}")
+        if data.get("kd_trainer"):
+            problems.append("DEL and knowledge distillation (`kd_trainer`) each need their own trainer; use one")
+        if data.get("trainer_cls"):
+            problems.append(
+                f"`trainer_cls: {data['trainer_cls']}` would be replaced by DEL's trainer; remove it or the plugin"
+            )
+        if (data.get("context_parallel_size") or 1) > 1 or (data.get("sequence_parallel_degree") or 1) > 1:
+            problems.append("DEL does not support sequence/context parallelism; set context_parallel_size: 1")
+        if data.get("orpo_alpha"):
+            problems.append("DEL does not support ORPO (`orpo_alpha`)")
+        if problems:
+            raise ValueError(f"{PLUGIN_NAME}: " + "; ".join(problems) + ".")
+        return data
+
+    @model_validator(mode="after")
+    def check_tokenizer_digits(self):
+        """Refuse a tokenizer without single-digit tokens now, not after the model is loaded."""
+        if not plugin_enabled(self):
+            return self
+        source = getattr(self, "tokenizer_config", None) or getattr(self, "base_model", None)
+        if source:
+            from .tokenizer_check import check_tokenizer_source
+
+            check_tokenizer_source(
+                str(source),
+                use_fast=getattr(self, "tokenizer_use_fast", None),
+                trust_remote_code=bool(getattr(self, "trust_remote_code", False)),
+                revision=getattr(self, "revision_of_model", None),
+            )
+        return self

@@ -1,0 +1,51 @@
+"""The number-span collator: wraps whichever collator the host chose and adds the digit places of each target.
+
+Places are computed here, on the CPU and in the data-loader workers, so that the training step only gathers ten
+logits per position. This module imports no Axolotl: it wraps any callable collator (HF, TRL, Axolotl).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .core import DigitVocab, next_token_places
+
+TARGET_PLACES_KEY = "del_target_places"
+
+
+class NumberSpanCollator:
+    """``collator(features)`` plus ``batch["del_target_places"]``: for each position t of the logits, the place
+    of the digit target ``labels[:, t + 1]`` in its number (``NOT_A_DIGIT`` elsewhere), int32 ``[B, T]``.
+
+    Packed batches are read with their ``position_ids``, so a number never spans two packed samples. Every other
+    attribute is the wrapped collator's (``tokenizer``, ``pad_to_multiple_of`` …), so code that inspects the
+    collator still sees the one it configured.
+    """
+
+    def __init__(self, collator: Callable[..., dict], vocab: DigitVocab):
+        if isinstance(collator, NumberSpanCollator):
+            collator = collator.collator
+        self.collator = collator
+        self.vocab = vocab
+
+    def __call__(self, features: Any, *args: Any, **kwargs: Any) -> dict:
+        batch = self.collator(features, *args, **kwargs)
+        labels = batch.get("labels")
+        if labels is None:
+            raise KeyError(
+                f"del_plugin: the collator {type(self.collator).__name__} returned no `labels` "
+                f"(keys: {sorted(batch)}); DEL needs the training targets"
+            )
+        batch[TARGET_PLACES_KEY] = next_token_places(
+            labels, self.vocab, batch.get("position_ids"), batch.get("shift_labels")
+        )
+        return batch
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for attributes this object lacks; guard against recursion while unpickling
+        if name in ("collator", "vocab"):
+            raise AttributeError(name)
+        return getattr(self.collator, name)
+
+    def __repr__(self) -> str:
+        return f"NumberSpanCollator({self.collator!r}, vocab={self.vocab.name!r})"

@@ -1,0 +1,188 @@
+"""Which token ids are digits: the ten digit tokens, their space-marked variants, and the decimal point.
+
+DEL needs every digit to be its own token. SentencePiece tokenizers with ``split_digits`` (Llama-2, CodeLlama,
+Mistral) and byte-level BPE tokenizers that pre-split ``\\p{N}`` (Qwen2, DeepSeek) qualify; tokenizers that merge
+digits into multi-digit tokens (Llama-3, GPT-2) are refused, because the ten-way digit distribution DEL
+regularises does not exist for them.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+__all__ = [
+    "DIGIT_PROBE_TEXT",
+    "SPACE_MARKERS",
+    "DigitVocab",
+    "DigitVocabError",
+    "MultiDigitTokenizerError",
+    "NoDigitTokensError",
+]
+
+# Word-start markers that tokenizers glue onto a token: SentencePiece '▁', byte-level BPE 'Ġ', and a plain space.
+SPACE_MARKERS: tuple[str, ...] = ("▁", "Ġ", " ")
+
+# Numbers in the shapes fine-tuning data has (years, money, decimals, thousands separators, a leading '.'):
+# a tokenizer that splits all of them into single digits splits numbers into digits.
+DIGIT_PROBE_TEXT = "In 2024 she paid $1,234.50 for 12345678 items: 3.14159 each, .5 less than 90, i.e. 0.001%."
+
+
+class DigitVocabError(ValueError):
+    """The tokenizer cannot be used with DEL."""
+
+
+class NoDigitTokensError(DigitVocabError):
+    """The tokenizer lacks one of the single-character tokens '0'..'9'."""
+
+
+class MultiDigitTokenizerError(DigitVocabError):
+    """The tokenizer merges several digits into one token."""
+
+
+def _strip_marker(token: str) -> tuple[str, str]:
+    for marker in SPACE_MARKERS:
+        if token.startswith(marker) and len(token) > len(marker):
+            return marker, token[len(marker) :]
+    return "", token
+
+
+@dataclass(frozen=True)
+class DigitVocab:
+    """The digit tokens of one tokenizer, grouped in families of ten.
+
+    ``family_token_ids[f][d]`` is the id of digit ``d`` in family ``f``. Family 0 holds the bare digits; further
+    families hold complete sets of space-marked digits ('▁7', 'Ġ7'). A digit target competes only against the
+    ten tokens of its own family, so a model predicting '▁7' is scored among '▁0'..'▁9'.
+    """
+
+    family_token_ids: tuple[tuple[int, ...], ...]
+    family_markers: tuple[str, ...] = ("",)
+    decimal_point_id: int | None = None
+    name: str = "tokenizer"
+    _device_tables: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.family_token_ids:
+            raise NoDigitTokensError(f"{self.name}: no digit family given")
+        for ids in self.family_token_ids:
+            if len(ids) != 10:
+                raise NoDigitTokensError(f"{self.name}: a digit family needs 10 token ids, got {len(ids)}")
+        flat = [i for ids in self.family_token_ids for i in ids]
+        if len(set(flat)) != len(flat):
+            raise DigitVocabError(f"{self.name}: a token id appears twice among the digit tokens: {flat}")
+        markers = self.family_markers
+        if len(markers) != len(self.family_token_ids) or markers[0] != "" or "" in markers[1:]:
+            raise DigitVocabError(
+                f"{self.name}: family_markers must be '' for family 0 (bare digits) and a space marker for "
+                f"each further family, got {markers!r}"
+            )
+        if self.decimal_point_id is not None and self.decimal_point_id in flat:
+            raise DigitVocabError(f"{self.name}: the decimal point id {self.decimal_point_id} is also a digit")
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, name: str | None = None) -> "DigitVocab":
+        """Read the digit tokens from a Hugging Face tokenizer (slow or fast).
+
+        Raises ``NoDigitTokensError`` when a bare digit '0'..'9' has no token of its own and
+        ``MultiDigitTokenizerError`` when the tokenizer turns numbers into multi-digit tokens.
+        """
+        name = name or getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
+        vocab: Mapping[str, int] = tokenizer.get_vocab()
+        _refuse_multi_digit_tokenization(tokenizer, name)
+        families: list[tuple[int, ...]] = []
+        markers: list[str] = []
+        for marker in ("",) + SPACE_MARKERS:
+            ids = [vocab.get(marker + str(d)) for d in range(10)]
+            if all(i is not None for i in ids):
+                families.append(tuple(int(i) for i in ids))
+                markers.append(marker)
+            elif marker == "":
+                missing = [str(d) for d, i in zip(range(10), ids) if i is None]
+                raise NoDigitTokensError(
+                    f"{name}: DEL needs a token for each digit 0-9, but {', '.join(repr(m) for m in missing)} "
+                    "have none. Use a tokenizer that splits numbers into single digits "
+                    "(Llama-2/CodeLlama, Mistral, Qwen2/2.5, DeepSeek)."
+                )
+        return cls(
+            family_token_ids=tuple(families),
+            family_markers=tuple(markers),
+            decimal_point_id=vocab.get("."),
+            name=str(name),
+        )
+
+    # ------------------------------------------------------------------ lookups
+    @property
+    def num_families(self) -> int:
+        return len(self.family_token_ids)
+
+    @functools.cached_property
+    def table_size(self) -> int:
+        ids = [i for fam in self.family_token_ids for i in fam]
+        if self.decimal_point_id is not None:
+            ids.append(self.decimal_point_id)
+        return max(ids) + 1
+
+    def digit_of(self, token_id: int) -> int | None:
+        """The digit a token id stands for, or None."""
+        for ids in self.family_token_ids:
+            if token_id in ids:
+                return ids.index(token_id)
+        return None
+
+    def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        key = str(device)
+        tables = self._device_tables.get(key)
+        if tables is None:
+            # code[id] = family * 10 + digit for digit tokens, -1 elsewhere (one int16 per vocabulary entry)
+            code = torch.full((self.table_size,), -1, dtype=torch.int16)
+            for f, ids in enumerate(self.family_token_ids):
+                code[list(ids)] = torch.arange(10, dtype=torch.int16) + 10 * f
+            family_ids = torch.tensor(self.family_token_ids, dtype=torch.long)
+            tables = (code.to(device), family_ids.to(device), torch.arange(10, device=device))
+            self._device_tables[key] = tables
+        return tables
+
+    def classify(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per position: the digit value (-1 where not a digit) and the digit family (-1 where not a digit).
+
+        Works on any integer tensor of token ids; -100 and ids outside the vocabulary are not digits.
+        """
+        code_table = self._tables(labels.device)[0]
+        in_table = (labels >= 0) & (labels < self.table_size)
+        code = code_table[labels.clamp(0, self.table_size - 1)].long()
+        code = torch.where(in_table, code, -1)
+        is_digit = code >= 0
+        digit = torch.where(is_digit, code % 10, -1)
+        family = torch.where(is_digit, code // 10, -1)
+        return digit, family
+
+    def is_decimal_point(self, labels: torch.Tensor) -> torch.Tensor:
+        if self.decimal_point_id is None:
+            return torch.zeros_like(labels, dtype=torch.bool)
+        return labels == self.decimal_point_id
+
+    def family_ids(self, device: torch.device) -> torch.Tensor:
+        """``[num_families, 10]`` long tensor of digit token ids on ``device``."""
+        return self._tables(device)[1]
+
+
+def _refuse_multi_digit_tokenization(tokenizer: Any, name: str) -> None:
+    ids: Sequence[int] = tokenizer(DIGIT_PROBE_TEXT, add_special_tokens=False)["input_ids"]
+    tokens = tokenizer.convert_ids_to_tokens(list(ids))
+    merged = []
+    for tok in tokens:
+        _, body = _strip_marker(tok)
+        if sum(ch.isdigit() for ch in body) >= 2 and tok not in merged:
+            merged.append(tok)
+    if merged:
+        raise MultiDigitTokenizerError(
+            f"{name} merges digits into multi-digit tokens (e.g. {', '.join(repr(t) for t in merged[:5])} "
+            f"in {DIGIT_PROBE_TEXT!r}), so there is no ten-way digit distribution for DEL to act on. "
+            "Use a single-digit tokenizer (Llama-2/CodeLlama, Mistral, Qwen2/2.5, DeepSeek) or remove "
+            "del_plugin.DELPlugin from `plugins`."
+        )

@@ -1,0 +1,43 @@
+"""Checks that the run's tokenizer splits numbers into single digits, early (at config validation)."""
+
+from __future__ import annotations
+
+import functools
+
+from axolotl.utils.logging import get_logger
+
+from .core import DigitVocab, DigitVocabError
+
+LOG = get_logger(__name__)
+
+
+@functools.lru_cache(maxsize=16)
+def check_tokenizer_source(
+    source: str, *, use_fast: bool | None, trust_remote_code: bool, revision: str | None
+) -> DigitVocab | None:
+    """Load the tokenizer at ``source`` and read its digits; raise ``ValueError`` if DEL cannot use it.
+
+    Returns None, with a warning, when the tokenizer cannot be loaded here (no network, gated repo): the trainer
+    checks Axolotl's own tokenizer again before the first step.
+    """
+    from transformers import AutoTokenizer
+
+    kwargs = {"trust_remote_code": trust_remote_code}
+    if use_fast is not None:
+        kwargs["use_fast"] = use_fast
+    if revision:
+        kwargs["revision"] = revision
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    except Exception as err:  # noqa: BLE001 - any load failure only postpones the check
+        LOG.warning("del_plugin: could not load the tokenizer %s to check its digits now (%s); "
+                    "it is checked again when the trainer is built", source, err)
+        return None
+    try:
+        vocab = DigitVocab.from_tokenizer(tokenizer, name=source)
+    except DigitVocabError as err:
+        raise ValueError(f"del_plugin.DELPlugin: {err}") from err
+    LOG.info("del_plugin: %s has %d digit famil%s%s", source, vocab.num_families,
+             "y" if vocab.num_families == 1 else "ies",
+             "" if vocab.decimal_point_id is not None else " and no '.' token")
+    return vocab

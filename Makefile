@@ -31,3 +31,9 @@ test-fast: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+demo: setup
+	$(PY) -m del_plugin.demo
+
+bench: setup
+	$(PY) bench/run_all.py

@@ -1,4 +1,5 @@
-"""A tiny hand-made vocabulary for unit tests: one character per token, '⁰'..'⁹' for space-marked digits."""
+"""A tiny hand-made vocabulary for unit tests: one character per token, '⁰'..'⁹' for space-marked digits and '@'
+for a token that merges punctuation with a decimal point (like Llama's '*.')."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from del_plugin.core import DigitVocab
 
 SPACE_MARKED = "⁰¹²³⁴⁵⁶⁷⁸⁹"  # stands for '▁0'..'▁9'
 DIGITS = "0123456789"
-ALPHABET = " abcdefghijklmnopqrstuvwxyz,-$%=+*/:;" + "." + DIGITS + SPACE_MARKED
+ALPHABET = " abcdefghijklmnopqrstuvwxyz,-$%=+*/:;" + "." + DIGITS + SPACE_MARKED + "@"
 TOKEN_ID = {ch: i for i, ch in enumerate(ALPHABET)}
 VOCAB = DigitVocab(
     family_token_ids=(tuple(TOKEN_ID[c] for c in DIGITS), tuple(TOKEN_ID[c] for c in SPACE_MARKED)),
     family_markers=("", "▁"),
     decimal_point_id=TOKEN_ID["."],
+    leading_point_ids=(TOKEN_ID["@"],),
     name="fake",
 )
 V = len(ALPHABET)

@@ -71,6 +71,15 @@ def test_space_marked_digit_starts_a_new_number():
     assert places_of("5.⁴") == [0, N, 0]
 
 
+def test_leading_point_token_opens_a_decimal():
+    # '@' is a merged token like Llama's '*.': "18*.5" is 18 then .5, never 18.5
+    assert places_of("18@5") == [1, 0, N, -1]
+    assert places_of("@25") == [N, -1, -2]
+    assert places_of("5@") == [0, N]
+    assert places_of("5@⁴") == [0, N, 0]
+    assert places_of("1.5@5") == [0, N, -1, N, -1]
+
+
 def test_packed_boundary_splits_numbers():
     # two packed sequences "123" and "45": position ids restart at 0
     position_ids = torch.tensor([0, 1, 2, 0, 1])
@@ -120,8 +129,8 @@ def oracle_places(text: str, starts: set[int]) -> list:
                 has_point = False
             else:
                 current.append(i)
-        elif ch == "." and is_digit(i + 1) and text[i + 1] in DIGITS and (i + 1) not in starts:
-            if current is None or fresh or has_point:
+        elif ch in ".@" and is_digit(i + 1) and text[i + 1] in DIGITS and (i + 1) not in starts:
+            if current is None or fresh or has_point or ch == "@":
                 current = [i]
                 numbers.append(current)
             else:
@@ -131,7 +140,8 @@ def oracle_places(text: str, starts: set[int]) -> list:
             current = None
     for number in numbers:
         chars = [text[i] for i in number]
-        point = chars.index(".") if "." in chars else len(chars)
+        points = [k for k, ch in enumerate(chars) if ch in ".@"]
+        point = points[0] if points else len(chars)
         for k, i in enumerate(number):
             if k < point:
                 out[i] = sum(1 for j in range(k + 1, point))  # digits to its right in the integer part
@@ -142,7 +152,7 @@ def oracle_places(text: str, starts: set[int]) -> list:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.lists(st.sampled_from(list("0123456789.. a,-⁴⁰") + ["12", "3.5", "0.25"]), max_size=30).map("".join),
+    st.lists(st.sampled_from(list("0123456789.. a,-⁴⁰@") + ["12", "3.5", "0.25", "*@5"]), max_size=30).map("".join),
     st.lists(st.integers(min_value=1, max_value=40), max_size=4),
     st.booleans(),
 )

@@ -40,7 +40,8 @@ def number_places(
       ``position_ids`` does not continue from the previous position.
     * A space-marked digit ('▁7', 'Ġ7') always starts a new number.
     * A '.' followed by a digit of the same number is a decimal point ('3.14', '.5'); a '.' not followed by a
-      digit ends the number and is not part of it ('5.' at the end of a sentence).
+      digit ends the number and is not part of it ('5.' at the end of a sentence). A token that merges
+      punctuation with the point ('*.' in "18*.5") opens a number '.5'.
     * A second decimal point ends the number and starts a new one: '1.2.3' reads as 1.2 then .3.
     * Signs and thousands separators are not part of numbers: '-1,234' reads as 1 then 234.
     """
@@ -61,7 +62,8 @@ def number_places(
         return empty.squeeze(0) if squeeze else empty
     digit, family = vocab.classify(labels)
     is_digit = digit >= 0
-    is_dot = vocab.is_decimal_point(labels)
+    bare_point, leading_point = vocab.decimal_points(labels)
+    is_dot = bare_point | leading_point
 
     # Positions where nothing can continue a number from the left.
     fresh = torch.zeros_like(is_digit)
@@ -69,6 +71,7 @@ def number_places(
     if position_ids is not None and length > 1:
         fresh[:, 1:] |= position_ids[:, 1:] != position_ids[:, :-1] + 1
     fresh |= family > 0  # space-marked digits
+    fresh |= leading_point  # '*.' can only open a number ('18*.5' is 18 then .5)
 
     # A '.' is a decimal-point candidate when the next position is a digit that continues the same number.
     continues_digit = torch.zeros_like(is_digit)

@@ -57,11 +57,15 @@ class DigitVocab:
     ``family_token_ids[f][d]`` is the id of digit ``d`` in family ``f``. Family 0 holds the bare digits; further
     families hold complete sets of space-marked digits ('▁7', 'Ġ7'). A digit target competes only against the
     ten tokens of its own family, so a model predicting '▁7' is scored among '▁0'..'▁9'.
+
+    ``leading_point_ids`` are tokens in which punctuation is merged with a decimal point, such as '*.' or '▁.'
+    (Llama-2 tokenises "18*.5" as '1', '8', '*.', '5'): followed by a digit they start a number '.5'.
     """
 
     family_token_ids: tuple[tuple[int, ...], ...]
     family_markers: tuple[str, ...] = ("",)
     decimal_point_id: int | None = None
+    leading_point_ids: tuple[int, ...] = ()
     name: str = "tokenizer"
     _device_tables: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
 
@@ -80,8 +84,9 @@ class DigitVocab:
                 f"{self.name}: family_markers must be '' for family 0 (bare digits) and a space marker for "
                 f"each further family, got {markers!r}"
             )
-        if self.decimal_point_id is not None and self.decimal_point_id in flat:
-            raise DigitVocabError(f"{self.name}: the decimal point id {self.decimal_point_id} is also a digit")
+        points = ([self.decimal_point_id] if self.decimal_point_id is not None else []) + list(self.leading_point_ids)
+        if set(points) & set(flat) or len(set(points)) != len(points):
+            raise DigitVocabError(f"{self.name}: decimal point ids {points} overlap each other or the digits")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -112,6 +117,7 @@ class DigitVocab:
             family_token_ids=tuple(families),
             family_markers=tuple(markers),
             decimal_point_id=vocab.get("."),
+            leading_point_ids=tuple(sorted(i for tok, i in vocab.items() if _is_leading_point(tok))),
             name=str(name),
         )
 
@@ -122,7 +128,7 @@ class DigitVocab:
 
     @functools.cached_property
     def table_size(self) -> int:
-        ids = [i for fam in self.family_token_ids for i in fam]
+        ids = [i for fam in self.family_token_ids for i in fam] + list(self.leading_point_ids)
         if self.decimal_point_id is not None:
             ids.append(self.decimal_point_id)
         return max(ids) + 1
@@ -138,37 +144,58 @@ class DigitVocab:
         key = str(device)
         tables = self._device_tables.get(key)
         if tables is None:
-            # code[id] = family * 10 + digit for digit tokens, -1 elsewhere (one int16 per vocabulary entry)
+            # code[id] = family * 10 + digit for digit tokens, _BARE_POINT / _LEADING_POINT for decimal points,
+            # -1 elsewhere (one int16 per vocabulary entry)
             code = torch.full((self.table_size,), -1, dtype=torch.int16)
             for f, ids in enumerate(self.family_token_ids):
                 code[list(ids)] = torch.arange(10, dtype=torch.int16) + 10 * f
+            if self.decimal_point_id is not None:
+                code[self.decimal_point_id] = _BARE_POINT
+            if self.leading_point_ids:
+                code[list(self.leading_point_ids)] = _LEADING_POINT
             family_ids = torch.tensor(self.family_token_ids, dtype=torch.long)
             tables = (code.to(device), family_ids.to(device), torch.arange(10, device=device))
             self._device_tables[key] = tables
         return tables
+
+    def _codes(self, labels: torch.Tensor) -> torch.Tensor:
+        code_table = self._tables(labels.device)[0]
+        in_table = (labels >= 0) & (labels < self.table_size)
+        code = code_table[labels.clamp(0, self.table_size - 1)].long()
+        return torch.where(in_table, code, -1)
 
     def classify(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per position: the digit value (-1 where not a digit) and the digit family (-1 where not a digit).
 
         Works on any integer tensor of token ids; -100 and ids outside the vocabulary are not digits.
         """
-        code_table = self._tables(labels.device)[0]
-        in_table = (labels >= 0) & (labels < self.table_size)
-        code = code_table[labels.clamp(0, self.table_size - 1)].long()
-        code = torch.where(in_table, code, -1)
+        code = self._codes(labels)
         is_digit = code >= 0
         digit = torch.where(is_digit, code % 10, -1)
         family = torch.where(is_digit, code // 10, -1)
         return digit, family
 
-    def is_decimal_point(self, labels: torch.Tensor) -> torch.Tensor:
-        if self.decimal_point_id is None:
-            return torch.zeros_like(labels, dtype=torch.bool)
-        return labels == self.decimal_point_id
+    def decimal_points(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Masks of the bare '.' token and of the leading-point tokens ('*.', '▁.' …) among ``labels``."""
+        code = self._codes(labels)
+        return code == _BARE_POINT, code == _LEADING_POINT
 
     def family_ids(self, device: torch.device) -> torch.Tensor:
         """``[num_families, 10]`` long tensor of digit token ids on ``device``."""
         return self._tables(device)[1]
+
+
+_BARE_POINT = -2
+_LEADING_POINT = -3
+
+
+def _is_leading_point(token: str) -> bool:
+    """'*.', '(.', '▁.', '=.': punctuation (or a space marker) then one final '.', so that "18*.5" keeps its '.5'."""
+    marker, body = _strip_marker(token)
+    if not body.endswith(".") or (len(body) < 2 and not marker):
+        return False
+    # byte-level markers such as 'Ġ' are letters to str.isalnum, so judge the token without its marker
+    return not any(ch.isalnum() or ch == "." for ch in body[:-1])
 
 
 def _refuse_multi_digit_tokenization(tokenizer: Any, name: str) -> None:

@@ -16,6 +16,20 @@ class DELPlugin(BasePlugin):
     def get_input_args(self) -> str:
         return "del_plugin.args.DELArgs"
 
+    def pre_model_load(self, cfg):
+        """Check Axolotl's own tokenizer (added tokens and all) before the model is loaded. Config validation
+        already checked the tokenizer when it could load it; this also covers the case where it could not."""
+        if not plugin_enabled(cfg):
+            return
+        from axolotl.loaders.tokenizer import load_tokenizer
+
+        from .core import DigitVocab, DigitVocabError
+
+        try:
+            DigitVocab.from_tokenizer(load_tokenizer(cfg), name=cfg.tokenizer_config or cfg.base_model)
+        except DigitVocabError as err:
+            raise ValueError(f"del_plugin.DELPlugin: {err}") from err
+
     def get_trainer_cls(self, cfg):
         if not plugin_enabled(cfg) or cfg.rl or cfg.reward_model or cfg.process_reward_model:
             return None  # the args validator has already refused DEL with RL / reward modelling

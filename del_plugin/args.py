@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from axolotl.utils.logging import get_logger
 from pydantic import BaseModel, Field, model_validator
+
+from .core.criteria import TOKEN_CRITERIA
+
+LOG = get_logger(__name__)
 
 PLUGIN_NAME = "del_plugin.DELPlugin"
 
@@ -45,6 +50,75 @@ class DELArgs(BaseModel):
         gt=0.0,
         json_schema_extra={"description": "Base of the decimal-place weight u = base**(i-1) (paper: 1.02)."},
     )
+    del_criterion: Literal["mle", "mixce", "emo", "ntl_was", "ntl_mse", "dist2", "del", "del_dist"] = Field(
+        default="del",
+        json_schema_extra={
+            "description": "Training criterion (the DEL paper's ablation, see docs/criteria.md). Digit criteria "
+            "(ntl_was, ntl_mse, dist2, del, del_dist): L = CE + del_alpha * mean over digit targets. mixce and emo "
+            "replace cross-entropy: per token (1 - del_alpha) * NLL + del_alpha * criterion (del_alpha: 1 is the "
+            "published criterion; must be set explicitly, in [0, 1]). mle: cross-entropy alone (del_alpha unused); "
+            "every criterion logs the same digit metrics."
+        },
+    )
+    del_mixce_eta: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        json_schema_extra={
+            "description": "MixCE mixing ratio eta in [0, 1]: eta * NLL + (1 - eta) * sg[exp(-NLL)] * NLL "
+            "(del_criterion: mixce only; 1 is plain cross-entropy)."
+        },
+    )
+    del_dist2_tau: float = Field(
+        default=1.0,
+        gt=0.0,
+        json_schema_extra={
+            "description": "DIST2 temperature tau > 0 of the target q = softmax_k(-(y - k)^2 / tau) "
+            "(del_criterion: dist2 only; paper: 1)."
+        },
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def check_criterion_keys(cls, data: Any) -> Any:
+        """Criterion-specific rules that a field's own bounds cannot express."""
+        if not isinstance(data, dict) or not plugin_enabled(data):
+            return data
+        criterion = data.get("del_criterion") or "del"
+        problems = []
+        if criterion in TOKEN_CRITERIA:
+            alpha = data.get("del_alpha")
+            if alpha is None:
+                problems.append(
+                    f"`del_criterion: {criterion}` replaces cross-entropy and reads `del_alpha` as the interpolation "
+                    f"(1 - del_alpha) * CE + del_alpha * {criterion}; set it explicitly (`del_alpha: 1.0` trains "
+                    f"with {criterion} as published) instead of inheriting DEL's default"
+                )
+            elif isinstance(alpha, (int, float)) and not 0.0 <= float(alpha) <= 1.0:
+                problems.append(
+                    f"`del_alpha: {alpha}` is outside [0, 1]; with `del_criterion: {criterion}` it interpolates "
+                    f"(1 - del_alpha) * CE + del_alpha * {criterion}"
+                )
+            if data.get("label_smoothing_factor"):
+                problems.append(
+                    f"`label_smoothing_factor` and `del_criterion: {criterion}` both replace the cross-entropy; "
+                    "remove one"
+                )
+            for key in ("use_dft", "use_eaft"):
+                if data.get(key):
+                    problems.append(
+                        f"`{key}: true` installs its own loss function, as `del_criterion: {criterion}` does; "
+                        "use one"
+                    )
+        if problems:
+            raise ValueError(f"{PLUGIN_NAME}: " + "; ".join(problems) + ".")
+        for key, owner in (("del_mixce_eta", "mixce"), ("del_dist2_tau", "dist2")):
+            if data.get(key) is not None and criterion != owner:
+                LOG.warning("del_plugin: `%s` only applies to `del_criterion: %s`; it is ignored with `%s`",
+                            key, owner, criterion)
+        if criterion == "mle" and data.get("del_alpha") not in (None, 0, 0.0):
+            LOG.warning("del_plugin: `del_criterion: mle` trains with cross-entropy alone; `del_alpha` is ignored")
+        return data
 
     @model_validator(mode="before")
     @classmethod

@@ -17,14 +17,17 @@ from axolotl.utils.logging import get_logger
 
 from .collator import TARGET_PLACES_KEY, NumberSpanCollator
 from .core import (
+    DIGIT_CRITERIA,
     NOT_A_DIGIT,
+    TOKEN_CRITERIA,
     DigitVocab,
     PlaceWeighting,
-    del_token_losses,
+    criterion_token_losses,
     digit_correct,
+    digit_criterion_token_losses,
     digit_entropy,
+    emo_cost_embedding,
     gather_digit_targets,
-    place_weights,
     shift_to_next_token,
 )
 
@@ -38,6 +41,15 @@ _TRAIN_SUMS = ("ce", "del", "l_num", "digits", "entropy", "correct")
 class DELSettings:
     alpha: float = 0.1
     weighting: PlaceWeighting = PlaceWeighting()
+    criterion: str = "del"  # see del_plugin.core.criteria and docs/criteria.md
+    mixce_eta: float = 0.5
+    dist2_tau: float = 1.0
+
+    @property
+    def digit_alpha(self) -> float:
+        """Weight of the digit term added to the loss: alpha for digit criteria, 0 for mle / mixce / emo (whose
+        alpha, if any, acts inside the token criterion)."""
+        return self.alpha if self.criterion in DIGIT_CRITERIA else 0.0
 
     @classmethod
     def from_cfg(cls, cfg) -> "DELSettings":
@@ -48,12 +60,16 @@ class DELSettings:
                 integer_slope=float(cfg.del_integer_slope or 2.0),
                 decimal_base=float(cfg.del_decimal_base or 1.02),
             ),
+            criterion=str(cfg.del_criterion or "del"),
+            mixce_eta=float(cfg.del_mixce_eta if cfg.del_mixce_eta is not None else 0.5),
+            dist2_tau=float(cfg.del_dist2_tau if cfg.del_dist2_tau is not None else 1.0),
         )
 
 
 class DELTrainer(AxolotlTrainer):
     """``AxolotlTrainer`` whose loss is ``CE + alpha * L_num``; logs ``ce_loss``, ``del_loss``, ``del_l_num``,
-    ``digit_entropy`` and ``digit_accuracy`` for train and eval."""
+    ``digit_entropy`` and ``digit_accuracy`` for train and eval. ``del_criterion`` swaps DEL for one of the paper's
+    baselines (docs/criteria.md): another digit term, or (mixce, emo) a replacement of the cross-entropy."""
 
     del_settings: DELSettings = DELSettings()
     del_vocab: DigitVocab | None = None
@@ -79,8 +95,10 @@ class DELTrainer(AxolotlTrainer):
         self._del_step_digits = None
         self._del_last_logged_step = self.state.global_step
         self._del_eval_prefix = "eval"
+        self._del_setup_criterion()
         LOG.info(
-            "DEL: alpha=%s, place weighting %s, %d digit famil%s in %s",
+            "DEL: criterion %s, alpha=%s, place weighting %s, %d digit famil%s in %s",
+            settings.criterion,
             settings.alpha,
             "on" if settings.weighting.enabled else "off",
             vocab.num_families,
@@ -122,21 +140,22 @@ class DELTrainer(AxolotlTrainer):
         aligned = inputs.get("shift_labels")
         if aligned is None:
             aligned = shift_to_next_token(labels, -100)
+        self._del_token_labels = aligned  # read by _del_token_criterion_loss (mixce / emo)
         ce, outputs = super().compute_loss(
             model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
         )
+        ce_logged, extra_sums = self._del_pop_token_criterion_parts(ce, num_items_in_batch)
         logits = getattr(outputs, "logits", None)
         if logits is None:
             raise RuntimeError(
                 "del_plugin: the model returned no logits (a fused loss such as Liger's fused linear "
                 "cross-entropy or Cut Cross Entropy is active); DEL needs them"
             )
-        alpha = self.del_settings.alpha
+        alpha = self.del_settings.digit_alpha
         training = model.training
         with torch.set_grad_enabled(torch.is_grad_enabled() and alpha > 0):
             targets = gather_digit_targets(logits, aligned, self.del_vocab)
-            weights = place_weights(places.to(logits.device), self.del_settings.weighting)
-            l_sum = del_token_losses(targets, weights).sum()
+            l_sum = self._del_digit_terms(targets, places.to(logits.device)).sum()
         if training and self._del_step_digits is not None:
             world = self.accelerator.num_processes
             ga = 1 if self._loss_is_scaled_for_ga(num_items_in_batch) else self.current_gradient_accumulation_steps
@@ -146,12 +165,94 @@ class DELTrainer(AxolotlTrainer):
             del_term = alpha * l_sum / targets.mask.sum().clamp(min=1)
             report_scale = 1.0
         loss = ce + del_term if alpha > 0 else ce
-        self._del_accumulate("train" if training else "eval", ce, del_term, l_sum, targets, report_scale, labels)
+        self._del_accumulate(
+            "train" if training else "eval", ce_logged, del_term, l_sum, targets, report_scale, labels, extra_sums
+        )
         return (loss, outputs) if return_outputs else loss
+
+    # ------------------------------------------------------------------ criteria (docs/criteria.md)
+    def _del_digit_terms(self, targets, places):
+        """Per-position digit term of the configured criterion (zeros for mle / mixce / emo)."""
+        settings = self.del_settings
+        return digit_criterion_token_losses(
+            settings.criterion, targets, places, weighting=settings.weighting, dist2_tau=settings.dist2_tau
+        )
+
+    def _del_setup_criterion(self) -> None:
+        """mixce / emo replace cross-entropy: install them as the Trainer's ``compute_loss_func``, so the model
+        computes no CE of its own and transformers applies its usual token-average and GA bookkeeping."""
+        self._del_token_labels = None
+        self._del_token_parts = None
+        self._del_emo_cost = None
+        criterion = self.del_settings.criterion
+        if criterion not in TOKEN_CRITERIA:
+            return
+        own = self._del_token_criterion_loss
+        if self.compute_loss_func is not None and self.compute_loss_func != own:
+            raise RuntimeError(
+                f"del_plugin: `del_criterion: {criterion}` replaces the loss function, but the trainer already has "
+                f"one ({self.compute_loss_func}); remove `use_dft` / `use_eaft` or choose a digit criterion"
+            )
+        self.compute_loss_func = own
+        if criterion == "emo":
+            model = self.accelerator.unwrap_model(self.model)
+            head = model.get_output_embeddings()
+            if head is None or getattr(head, "weight", None) is None:
+                raise RuntimeError(
+                    f"del_plugin: EMO needs the model's output embedding; {type(model).__name__} has none"
+                )
+            self._del_emo_cost = emo_cost_embedding(head.weight)
+            LOG.info(
+                "DEL: EMO cost embedding %s float32 (%.2f GB), a frozen copy of the initial output embedding",
+                tuple(self._del_emo_cost.shape),
+                self._del_emo_cost.numel() * 4 / 1e9,
+            )
+
+    def _del_token_criterion_loss(self, outputs, labels, num_items_in_batch=None):
+        """``compute_loss_func`` for mixce / emo, normalised like transformers' causal-LM cross-entropy: the sum
+        over target tokens divided by ``num_items_in_batch`` when given, else the token mean."""
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        aligned = self._del_token_labels
+        if aligned is None or aligned.shape != logits.shape[:-1]:
+            aligned = shift_to_next_token(labels, -100)
+        aligned = aligned.to(logits.device)
+        settings = self.del_settings
+        cost = self._del_emo_cost
+        if cost is not None and cost.device != logits.device:
+            cost = self._del_emo_cost = cost.to(logits.device)
+        terms = criterion_token_losses(
+            settings.criterion, logits, aligned, alpha=settings.alpha, mixce_eta=settings.mixce_eta,
+            cost_embedding=cost,
+        )
+        if num_items_in_batch is not None:
+            denom = torch.as_tensor(num_items_in_batch, device=logits.device).float()
+        else:
+            denom = terms.mask.sum().clamp(min=1).float()
+        self._del_token_parts = {
+            "ce": terms.nll.detach().sum() / denom,
+            "cost": terms.cost.detach().sum(),
+            "tokens": terms.mask.sum(),
+        }
+        return terms.loss.sum() / denom
+
+    def _del_pop_token_criterion_parts(self, loss, num_items_in_batch):
+        """(the plain cross-entropy to log, extra sums): for mixce / emo the CE from their NLL, scaled as
+        transformers scales the returned loss; for the other criteria the model's CE unchanged."""
+        parts, self._del_token_parts = getattr(self, "_del_token_parts", None), None
+        if parts is None:
+            return loss, {}
+        scale = 1
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            # mirrors Trainer.compute_loss's factor for losses normalised by num_items_in_batch
+            scale = self.accelerator.num_processes // self.get_tp_size() if self.args.n_gpu <= 1 else self.args.n_gpu
+        extra = {"target_tokens": parts["tokens"]}
+        if self.del_settings.criterion == "emo":
+            extra["emo_cost"] = parts["cost"]
+        return parts["ce"] * scale, extra
 
     # ------------------------------------------------------------------ metrics
     @torch.no_grad()
-    def _del_accumulate(self, split, ce, del_term, l_sum, targets, report_scale, labels):
+    def _del_accumulate(self, split, ce, del_term, l_sum, targets, report_scale, labels, extra_sums=None):
         mask = targets.mask
         if split == "eval":
             # Trainer's eval_loss is the mean of per-batch losses weighted by batch size
@@ -163,6 +264,8 @@ class DELTrainer(AxolotlTrainer):
         self._del_add(split, "digits", mask.sum())
         self._del_add(split, "entropy", torch.where(mask, digit_entropy(targets.logits.detach()), 0.0).sum())
         self._del_add(split, "correct", digit_correct(targets).sum())
+        for key, value in (extra_sums or {}).items():
+            self._del_add(split, key, value.detach())
 
     def _del_add(self, split, key, value):
         sums = self._del_sums[split]
@@ -206,6 +309,8 @@ class DELTrainer(AxolotlTrainer):
         logs[f"{prefix}digit_entropy"] = values["entropy"] / digits if digits else 0.0
         logs[f"{prefix}digit_accuracy"] = values["correct"] / digits if digits else 0.0
         logs[f"{prefix}digit_targets"] = digits
+        if values.get("target_tokens") and "emo_cost" in values:
+            logs[f"{prefix}emo_cost"] = values["emo_cost"] / values["target_tokens"]
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
         if self.del_vocab is not None:

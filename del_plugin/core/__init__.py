@@ -1,9 +1,29 @@
 """DEL's maths in pure PyTorch: no Axolotl or Trainer import, usable from any training loop.
 
 Layering: ``vocab`` (digit token ids) -> ``places`` (number spans, place weights) -> ``digits`` (the ten digit
-logits at each target) -> ``losses`` (DEL) / ``modules`` (``nn.Module`` wrappers).
+logits at each target) -> ``losses`` (DEL) -> ``criteria`` (the paper's baselines and ablation) / ``modules``
+(``nn.Module`` wrappers).
 """
 
+from .criteria import (
+    CRITERIA,
+    DIGIT_CRITERIA,
+    TOKEN_CRITERIA,
+    Criterion,
+    TokenCriterionTerms,
+    criterion_token_losses,
+    del_dist_token_losses,
+    digit_criterion_loss,
+    digit_criterion_token_losses,
+    dist2_place_weights,
+    dist2_token_losses,
+    emo_cost_embedding,
+    emo_token_losses,
+    mixce_token_losses,
+    ntl_mse_token_losses,
+    ntl_was_token_losses,
+    token_nll,
+)
 from .digits import DigitTargets, digit_correct, digit_entropy, gather_digit_targets
 from .losses import Reduction, del_token_losses, digit_entropy_loss, reduce_token_losses
 from .places import (
@@ -23,6 +43,23 @@ from .vocab import (
 )
 
 __all__ = [
+    "CRITERIA",
+    "DIGIT_CRITERIA",
+    "TOKEN_CRITERIA",
+    "Criterion",
+    "TokenCriterionTerms",
+    "criterion_token_losses",
+    "del_dist_token_losses",
+    "digit_criterion_loss",
+    "digit_criterion_token_losses",
+    "dist2_place_weights",
+    "dist2_token_losses",
+    "emo_cost_embedding",
+    "emo_token_losses",
+    "mixce_token_losses",
+    "ntl_mse_token_losses",
+    "ntl_was_token_losses",
+    "token_nll",
     "DIGIT_PROBE_TEXT",
     "NOT_A_DIGIT",
     "DigitTargets",

@@ -1,0 +1,335 @@
+"""The DEL paper's baselines and ablation, on aligned tensors: ``logits[..., t, :]`` predicts ``labels[..., t]``.
+
+Every function returns a *per-position* term (``[B, T]`` for ``[B, T]`` labels), float32, exactly 0 where it does
+not apply, so the caller decides the normalisation (``reduce_token_losses`` or the trainer's step-wide digit
+count). Two kinds:
+
+* **Digit criteria** (``ntl_was``, ``ntl_mse``, ``dist2``, ``del``, ``del_dist``) are *added* to cross-entropy,
+  ``L = CE + alpha * mean over digit targets``. They read the ``[..., 10]`` slice of
+  :func:`~del_plugin.core.digits.gather_digit_targets` only: ``p_hat = softmax`` over the ten logits of the
+  target's digit family, ``y`` the target digit.
+
+  - ``ntl_was``:  ``sum_k p_hat_k |y - k|``                       (Number Token Loss, Wasserstein form)
+  - ``ntl_mse``:  ``(sum_k p_hat_k k - y)^2``                     (Number Token Loss, MSE form)
+  - ``dist2``:    ``w_t * KL(q || p_hat)``, ``q = softmax_k(-(y - k)^2 / tau)``, ``w_t`` the DIST2 place weight
+                  (:func:`dist2_place_weights`)
+  - ``del``:      ``u_t * mean_k(p_hat_k BCE_k)``                  (:func:`~del_plugin.core.losses.del_token_losses`)
+  - ``del_dist``: ``u_t * mean_k(p_hat_k BCE_k) * sum_k p_hat_k |y - k|``  (DEL times the NTL-WAS distance)
+
+* **Token criteria** (``mixce``, ``emo``) *replace* cross-entropy over all target tokens; they need the full
+  logits. ``alpha`` interpolates: ``l_t = (1 - alpha) * NLL_t + alpha * criterion_t`` (``alpha = 1``: the
+  criterion as published).
+
+  - ``mixce``: ``eta * NLL_t + (1 - eta) * sg[exp(-NLL_t)] * NLL_t``
+  - ``emo``:   ``0.5 * (NLL_t + sg[NLL_t / emo_t] * emo_t)``, ``emo_t = 1 - <e_y, E^T q>`` with ``E`` the frozen,
+    row-L2-normalised initial output embedding and ``q = p - sg[p_y] onehot(y)`` (the model distribution less
+    the detached target mass, *not* renormalised; the gradient still flows through ``p_y``).
+
+``mle`` is cross-entropy alone: no term at all.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple, get_args
+
+import torch
+import torch.nn.functional as F
+
+from .digits import DigitTargets, gather_digit_targets
+from .losses import Reduction, del_token_losses, reduce_token_losses
+from .places import NOT_A_DIGIT, PlaceWeighting, place_weights
+from .vocab import DigitVocab
+
+__all__ = [
+    "CRITERIA",
+    "DIGIT_CRITERIA",
+    "TOKEN_CRITERIA",
+    "Criterion",
+    "TokenCriterionTerms",
+    "criterion_token_losses",
+    "del_dist_token_losses",
+    "digit_criterion_loss",
+    "digit_criterion_token_losses",
+    "dist2_place_weights",
+    "dist2_token_losses",
+    "emo_cost_embedding",
+    "emo_token_losses",
+    "mixce_token_losses",
+    "ntl_mse_token_losses",
+    "ntl_was_token_losses",
+    "token_nll",
+]
+
+Criterion = Literal["mle", "mixce", "emo", "ntl_was", "ntl_mse", "dist2", "del", "del_dist"]
+CRITERIA: tuple[str, ...] = get_args(Criterion)
+DIGIT_CRITERIA: tuple[str, ...] = ("ntl_was", "ntl_mse", "dist2", "del", "del_dist")
+TOKEN_CRITERIA: tuple[str, ...] = ("mixce", "emo")
+
+# EMO's guard against a zero transport cost in sg[NLL / emo] (the reference implementation's value).
+EMO_EPS = 1e-10
+
+
+# ---------------------------------------------------------------------------------------------- digit criteria
+def _digit_values(z: torch.Tensor) -> torch.Tensor:
+    return torch.arange(10, device=z.device, dtype=z.dtype)
+
+
+def _masked(targets: DigitTargets, per_token: torch.Tensor) -> torch.Tensor:
+    # `where`, not a product with the mask, so a non-finite logit off the digits cannot leak a NaN.
+    return torch.where(targets.mask, per_token, 0.0)
+
+
+def _was_distance(targets: DigitTargets) -> torch.Tensor:
+    z = targets.logits
+    distance = (targets.target.unsqueeze(-1).to(z.dtype) - _digit_values(z)).abs()
+    return (torch.softmax(z, dim=-1) * distance).sum(-1)
+
+
+def ntl_was_token_losses(targets: DigitTargets) -> torch.Tensor:
+    """NTL-WAS ``sum_k p_hat_k |y - k|`` per position (no place weight, as in the NTL paper)."""
+    return _masked(targets, _was_distance(targets))
+
+
+def ntl_mse_token_losses(targets: DigitTargets) -> torch.Tensor:
+    """NTL-MSE ``(sum_k p_hat_k k - y)^2`` per position (no place weight, as in the NTL paper)."""
+    z = targets.logits
+    expected = (torch.softmax(z, dim=-1) * _digit_values(z)).sum(-1)
+    return _masked(targets, (expected - targets.target.to(z.dtype)) ** 2)
+
+
+def dist2_place_weights(places: torch.Tensor, enabled: bool = True) -> torch.Tensor:
+    """DIST2's place weight ``i + 1``, with the digits after a decimal point read as an integer of their own.
+
+    Integer digit of place ``i >= 0``: ``i + 1``. Decimal digit of place ``-k`` in a number with ``D`` decimals:
+    ``D - k + 1`` (in 3.14159 the decimals '14159' weigh 5, 4, 3, 2, 1, as the integer 14159 would). ``D`` is
+    read from ``places`` itself: the decimals of a number are a run of consecutive positions with places
+    -1, -2, ..., -D, so ``D`` is minus the lowest place in the run (vectorised; no loop over tokens). A number
+    whose first decimals are cut off (the sequence starts inside it) keeps the ``D`` of its visible decimals'
+    lowest place, which is the true ``D``. float32; 0 where there is no digit; 1 at every digit if not ``enabled``.
+    """
+    is_digit = places != NOT_A_DIGIT
+    if not enabled:
+        return is_digit.to(torch.float32)
+    if places.numel() == 0:
+        return torch.zeros(places.shape, dtype=torch.float32, device=places.device)
+    flat = places.reshape(-1, places.shape[-1]) if places.dim() > 0 else places.reshape(1, 1)
+    rows, length = flat.shape
+    place = flat.to(torch.long)
+    decimal = (flat != NOT_A_DIGIT) & (flat < 0)
+    continues = torch.zeros_like(decimal)
+    continues[:, 1:] = decimal[:, 1:] & decimal[:, :-1] & (place[:, 1:] == place[:, :-1] - 1)
+    start = (decimal & ~continues).reshape(-1)
+    run = torch.cumsum(start, 0) - 1  # rows never share a run: a run cannot continue across position 0
+    n = rows * length
+    dump = torch.full_like(run, n)  # scatter slot for positions outside decimal runs
+    run_of_decimal = torch.where(decimal.reshape(-1), run, dump)
+    lowest = torch.zeros(n + 1, dtype=torch.long, device=places.device)
+    lowest.scatter_reduce_(0, run_of_decimal, place.reshape(-1), reduce="amin", include_self=False)
+    decimals_in_number = -lowest[run_of_decimal].view(rows, length)
+    weight = torch.where(decimal, decimals_in_number + place + 1, place + 1).to(torch.float32)
+    return torch.where(flat != NOT_A_DIGIT, weight, 0.0).view(places.shape)
+
+
+def dist2_token_losses(targets: DigitTargets, weights: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
+    """DIST2 ``w_t * KL(q || p_hat)`` per position, ``q = softmax_k(-(y - k)^2 / tau)``.
+
+    The KL is summed over the ten digits (the DEL authors' re-implementation takes ``KLDivLoss(...).mean(-1)``,
+    a tenth of this; fold that factor into ``alpha``).
+    """
+    if not tau > 0:
+        raise ValueError(f"dist2 temperature tau must be > 0, got {tau}")
+    z = targets.logits
+    log_p = torch.log_softmax(z, dim=-1)
+    squared = (targets.target.unsqueeze(-1).to(z.dtype) - _digit_values(z)) ** 2
+    log_q = torch.log_softmax(-squared / tau, dim=-1)
+    kl = F.kl_div(log_p, log_q, reduction="none", log_target=True).sum(-1)
+    return _masked(targets, kl * weights)
+
+
+def del_dist_token_losses(targets: DigitTargets, weights: torch.Tensor) -> torch.Tensor:
+    """The paper's ablation: DEL's ``u_t * mean_k(p_hat_k BCE_k)`` times NTL-WAS ``sum_k p_hat_k |y - k|``.
+
+    Nothing is detached: the gradient flows through both factors.
+    """
+    return _masked(targets, del_token_losses(targets, weights) * _was_distance(targets))
+
+
+def digit_criterion_token_losses(
+    criterion: str,
+    targets: DigitTargets,
+    places: torch.Tensor,
+    *,
+    weighting: PlaceWeighting = PlaceWeighting(),
+    dist2_tau: float = 1.0,
+) -> torch.Tensor:
+    """The per-position term of a digit criterion; zeros for ``mle``, ``mixce`` and ``emo``, which add none.
+
+    ``places`` are the target places from :func:`~del_plugin.core.places.number_places`, aligned with
+    ``targets``. ``weighting`` sets DEL's place weight ``u`` (``del``, ``del_dist``); ``weighting.enabled``
+    also switches DIST2's own place weight; the NTL criteria are never place-weighted.
+    """
+    if criterion == "del":
+        return del_token_losses(targets, place_weights(places, weighting))
+    if criterion == "del_dist":
+        return del_dist_token_losses(targets, place_weights(places, weighting))
+    if criterion == "ntl_was":
+        return ntl_was_token_losses(targets)
+    if criterion == "ntl_mse":
+        return ntl_mse_token_losses(targets)
+    if criterion == "dist2":
+        return dist2_token_losses(targets, dist2_place_weights(places, weighting.enabled), dist2_tau)
+    if criterion in ("mle", *TOKEN_CRITERIA):
+        return torch.zeros(targets.mask.shape, dtype=targets.logits.dtype, device=targets.logits.device)
+    raise ValueError(f"unknown criterion {criterion!r}; choose one of {', '.join(CRITERIA)}")
+
+
+def digit_criterion_loss(
+    criterion: str,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    places: torch.Tensor,
+    vocab: DigitVocab,
+    alpha: float = 1.0,
+    reduction: Reduction = "mean",
+    *,
+    weighting: PlaceWeighting = PlaceWeighting(),
+    dist2_tau: float = 1.0,
+    sparse_grad: bool = True,
+) -> torch.Tensor:
+    """``alpha`` times a digit criterion for aligned ``logits`` ``[..., V]``, ``labels`` and ``places``
+    (``digit_entropy_loss`` for any criterion): mean over digit targets (0 when none), sum, or per position."""
+    targets = gather_digit_targets(logits, labels, vocab, sparse_grad=sparse_grad)
+    per_token = digit_criterion_token_losses(criterion, targets, places, weighting=weighting, dist2_tau=dist2_tau)
+    return reduce_token_losses(per_token, targets.mask, reduction, alpha)
+
+
+# ---------------------------------------------------------------------------------------------- token criteria
+class TokenCriterionTerms(NamedTuple):
+    """Per-position terms of a criterion that replaces cross-entropy, all float32, 0 off the targets.
+
+    ``loss`` is what is minimised (``(1 - alpha) * nll + alpha * criterion``); ``nll`` the plain cross-entropy
+    (for logging); ``mask`` marks the targets (labels != ``ignore_index``); ``cost`` is EMO's transport cost
+    ``emo_t`` (zeros for MixCE).
+    """
+
+    loss: torch.Tensor
+    nll: torch.Tensor
+    mask: torch.Tensor
+    cost: torch.Tensor
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha interpolates cross-entropy and the criterion; it must be in [0, 1], got {alpha}")
+
+
+def _safe_targets(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int):
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} are not aligned: "
+            "logits[..., t, :] must predict labels[..., t] (shift them before calling)"
+        )
+    mask = labels != ignore_index
+    return torch.where(mask, labels, 0), mask
+
+
+def token_nll(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+    """Cross-entropy per position in float32 (0 where ``labels == ignore_index``), from ``[..., V]`` logits."""
+    _safe_targets(logits, labels, ignore_index)
+    vocab_size = logits.shape[-1]
+    nll = F.cross_entropy(
+        logits.float().reshape(-1, vocab_size), labels.reshape(-1), ignore_index=ignore_index, reduction="none"
+    )
+    return nll.view(labels.shape)
+
+
+def mixce_token_losses(
+    logits: torch.Tensor, labels: torch.Tensor, eta: float = 0.5, alpha: float = 1.0, ignore_index: int = -100
+) -> TokenCriterionTerms:
+    """MixCE per target token: ``eta * NLL + (1 - eta) * sg[exp(-NLL)] * NLL``, interpolated with CE by ``alpha``.
+
+    ``exp(-NLL_t)`` is the model's probability of the target, detached: the reverse cross-entropy's gradient
+    estimate of the MixCE paper. With ``alpha`` the per-token loss is ``(1 - alpha(1 - eta)) NLL + alpha(1 - eta)
+    sg[p_y] NLL``: MixCE with ``eta' = 1 - alpha (1 - eta)``.
+    """
+    if not 0.0 <= eta <= 1.0:
+        raise ValueError(f"MixCE eta must be in [0, 1], got {eta}")
+    _check_alpha(alpha)
+    _, mask = _safe_targets(logits, labels, ignore_index)
+    nll = token_nll(logits, labels, ignore_index)
+    mixce = eta * nll + (1.0 - eta) * torch.exp(-nll.detach()) * nll
+    loss = torch.where(mask, (1.0 - alpha) * nll + alpha * mixce, 0.0)
+    return TokenCriterionTerms(loss, torch.where(mask, nll, 0.0), mask, torch.zeros_like(nll))
+
+
+@torch.no_grad()
+def emo_cost_embedding(output_embedding: torch.Tensor) -> torch.Tensor:
+    """EMO's frozen cost embedding: a float32, row-L2-normalised copy of the ``[V, H]`` output embedding.
+
+    Rows of norm 0 (padding rows of an enlarged vocabulary) stay 0 instead of becoming NaN. Memory: ``V * H * 4``
+    bytes (0.93 GB for Qwen2.5-1.5B, V = 151936, H = 1536).
+    """
+    if output_embedding.dim() != 2 or output_embedding.numel() == 0:
+        raise ValueError(
+            f"EMO needs the full [vocab, hidden] output embedding, got shape {tuple(output_embedding.shape)} "
+            "(a weight sharded by DeepSpeed ZeRO-3 or FSDP is not supported)"
+        )
+    return F.normalize(output_embedding.detach().float(), p=2.0, dim=1).clone()
+
+
+def emo_token_losses(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    cost_embedding: torch.Tensor,
+    alpha: float = 1.0,
+    ignore_index: int = -100,
+) -> TokenCriterionTerms:
+    """EMO per target token: ``0.5 * (NLL + sg[NLL / (emo + 1e-10)] * emo)``, interpolated with CE by ``alpha``.
+
+    ``emo_t = 1 - <e_y, E^T q>`` with ``E`` = ``cost_embedding`` (:func:`emo_cost_embedding`) and
+    ``q = p - sg[p_y] onehot(y)``: the value has the target's mass removed, the gradient is the full softmax's.
+    Since ``<e_y, E^T onehot(y)> = |e_y|^2``, this is computed as ``1 - <e_y, E^T p> + sg[p_y] |e_y|^2`` with no
+    ``[N, V]`` one-hot. The forward value of the EMO term equals NLL (up to the 1e-10 guard); only its gradient
+    differs. Extra memory over cross-entropy: the softmax ``p`` (``[N, V]`` float32, kept for the backward pass)
+    and the ``[N, V] @ [V, H]`` product.
+    """
+    _check_alpha(alpha)
+    safe, mask = _safe_targets(logits, labels, ignore_index)
+    vocab_size = logits.shape[-1]
+    if cost_embedding.dim() != 2 or cost_embedding.shape[0] != vocab_size:
+        raise ValueError(
+            f"the EMO cost embedding is {tuple(cost_embedding.shape)} but the logits have {vocab_size} entries: "
+            "it must be the [vocab, hidden] output embedding of the same model"
+        )
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    nll = -log_p.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    p = log_p.exp()
+    cost = cost_embedding.to(device=p.device, dtype=p.dtype)
+    e_y = cost[safe]  # [..., H]
+    expected_embedding = p.reshape(-1, vocab_size) @ cost  # [N, H]
+    overlap = (expected_embedding.view(e_y.shape) * e_y).sum(-1)
+    target_mass = torch.exp(-nll.detach())
+    emo = 1.0 - overlap + target_mass * (e_y * e_y).sum(-1)
+    emo_loss = 0.5 * (nll + (nll / (emo + EMO_EPS)).detach() * emo)
+    loss = torch.where(mask, (1.0 - alpha) * nll + alpha * emo_loss, 0.0)
+    return TokenCriterionTerms(loss, torch.where(mask, nll, 0.0), mask, torch.where(mask, emo, 0.0))
+
+
+def criterion_token_losses(
+    criterion: str,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    alpha: float = 1.0,
+    mixce_eta: float = 0.5,
+    cost_embedding: torch.Tensor | None = None,
+    ignore_index: int = -100,
+) -> TokenCriterionTerms:
+    """Dispatch on a token criterion (``mixce`` or ``emo``)."""
+    if criterion == "mixce":
+        return mixce_token_losses(logits, labels, mixce_eta, alpha, ignore_index)
+    if criterion == "emo":
+        if cost_embedding is None:
+            raise ValueError("emo needs its cost embedding (emo_cost_embedding(model.get_output_embeddings().weight))")
+        return emo_token_losses(logits, labels, cost_embedding, alpha, ignore_index)
+    raise ValueError(f"{criterion!r} is not a token criterion; those are {', '.join(TOKEN_CRITERIA)}")

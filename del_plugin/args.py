@@ -129,7 +129,13 @@ class DELArgs(BaseModel):
         if data.get("liger_fused_linear_cross_entropy"):
             problems.append(
                 "`liger_fused_linear_cross_entropy: true` fuses the LM head into the loss and never materialises the "
-                "logits that DEL reads; set it to false (`liger_cross_entropy: true` is fine)"
+                "logits that DEL reads; set it to false"
+            )
+        if data.get("liger_cross_entropy"):
+            problems.append(
+                "`liger_cross_entropy: true` writes the cross-entropy gradient into the logits in place (float32 "
+                "logits are not copied first), and DEL reads the logits after it; set it to false "
+                "(`chunked_cross_entropy: true` also saves memory and keeps the logits intact)"
             )
         plugins = [str(p) for p in data.get("plugins") or []]
         if any("cut_cross_entropy" in p for p in plugins) and data.get("cut_cross_entropy", True):

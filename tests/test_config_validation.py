@@ -60,6 +60,8 @@ def unregister_cce():
 def test_fused_losses_that_hide_logits_are_refused(base, unregister_cce):
     message = refused(base(liger_fused_linear_cross_entropy=True))
     assert "liger_fused_linear_cross_entropy" in message and "logits" in message
+    message = refused(base(liger_cross_entropy=True))
+    assert "liger_cross_entropy" in message and "in place" in message
     message = refused(base(bf16=True, plugins=[CCE, "del_plugin.DELPlugin"]))
     assert "Cut Cross Entropy" in message and "cut_cross_entropy: false" in message
 

@@ -1,0 +1,343 @@
+"""GPU check: a few QLoRA steps with Axolotl on a small local Llama, DEL plugin off and on.
+
+    python scripts/gpu_check.py                 # ~250M-parameter Llama, 4-bit NF4, a few minutes at most
+    python scripts/gpu_check.py --steps 20 --seq-len 2048 --micro-batch 2
+
+Prints the median step time and the peak GPU memory of each run and their ratio (DEL on / off). Nothing is
+downloaded: the model is a randomly initialised Llama built here (Llama-2's 32k vocabulary size, so the logits
+weigh what they weigh in the 7B runs), the tokenizer a synthetic one with one token per character, and the data
+synthetic arithmetic with integers and decimals. Each run is a separate Python process, so that neither memory
+nor Axolotl's plugin registry leaks from one into the other. Flash-attention 2 is used when `flash_attn` is
+installed, PyTorch's sdpa otherwise; everything else is what examples/*/qlora-24gb.yml uses (4-bit NF4 with
+double quantisation, LoRA on all linear layers with Axolotl's fused kernels, sample packing, gradient
+checkpointing, paged 8-bit AdamW, bf16 or fp16).
+
+It needs a CUDA GPU and says so in one line (exit status 2) on a machine without one. `--cpu-smoke` runs the
+same two processes on the CPU with a tiny model and the GPU-only features swapped for their CPU equivalents; it
+exists to test this script without a GPU and its timings mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+EXIT_NO_GPU = 2
+RESULT_TAG = "GPU_CHECK_RESULT "
+DEL_KEYS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
+SMOKE_SIZES = {"hidden": 64, "intermediate": 128, "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 512,
+               "seq_len": 512, "micro_batch": 2, "grad_accum": 2, "steps": 2, "warmup": 1, "rows": 400}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="gpu_check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=10, help="timed optimizer steps per run (default 10)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    parser.add_argument("--seq-len", type=int, default=1024, help="packed row length (default 1024)")
+    parser.add_argument("--micro-batch", type=int, default=4, help="packed rows per micro-batch (default 4)")
+    parser.add_argument("--grad-accum", type=int, default=2, help="micro-batches per optimizer step (default 2)")
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--intermediate", type=int, default=2816)
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--kv-heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=32000, help="vocabulary size, padded (default 32000)")
+    parser.add_argument("--rows", type=int, default=2000, help="synthetic training rows (default 2000)")
+    parser.add_argument("--del-alpha", type=float, default=1.0)
+    parser.add_argument("--timeout", type=int, default=240, help="seconds allowed per run (default 240)")
+    parser.add_argument("--cpu-smoke", action="store_true",
+                        help="test this script without a GPU: tiny model, GPU-only features off; no real numbers")
+    parser.add_argument("--child", choices=("off", "on"), help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.cpu_smoke:
+        for key, value in SMOKE_SIZES.items():
+            setattr(args, key, value)
+    for key in ("steps", "seq_len", "micro_batch", "grad_accum", "hidden", "layers", "heads", "kv_heads", "rows"):
+        if getattr(args, key) < 1:
+            parser.error(f"--{key.replace('_', '-')} must be at least 1")
+    if args.hidden % args.heads or args.heads % args.kv_heads:
+        parser.error("--hidden must be a multiple of --heads, and --heads a multiple of --kv-heads")
+    if args.vocab < 128:
+        parser.error("--vocab must be at least 128 (the characters of the synthetic tokenizer)")
+    return args
+
+
+# ---------------------------------------------------------------------------------------------------- assets
+def build_tokenizer(vocab_size: int):
+    """One token per printable ASCII character (so every digit is its own token), padded to `vocab_size`."""
+    from tokenizers import Tokenizer, decoders, models, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<s>", "</s>", "<pad>"]
+    chars = ["\n"] + [chr(c) for c in range(32, 127)]
+    tokens = specials + chars
+    tokens += [f"<unused_{i}>" for i in range(vocab_size - len(tokens))]
+    vocab = {token: i for i, token in enumerate(tokens)}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))  # no merges: one token per char
+    backend.decoder = decoders.Fuse()
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", vocab["<s>"])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
+
+
+def build_model_dir(args: argparse.Namespace, out: Path) -> int:
+    """A random Llama saved with the synthetic tokenizer; returns its parameter count."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tokenizer(args.vocab)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=args.hidden,
+        intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        max_position_embeddings=max(2048, args.seq_len),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return sum(p.numel() for p in model.parameters())
+
+
+def write_arithmetic_rows(path: Path, rows: int, seed: int = 0) -> None:
+    """Alpaca rows with integer and decimal arithmetic, so that DEL has digits to work on."""
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as handle:
+        for _ in range(rows):
+            a, b = rng.randint(2, 99999), rng.randint(2, 999)
+            price = rng.randint(100, 99999) / 100
+            question = (f"A shop sells {b} boxes of {a} screws and one lamp for ${price:.2f}. "
+                        f"How many screws is that, and what is {b} times the lamp's price?")
+            answer = (f"There are {b} * {a} = {a * b} screws.\n"
+                      f"{b} * {price:.2f} = {b * price:.2f}\n#### {a * b} and {b * price:.2f}")
+            handle.write(json.dumps({"instruction": question, "input": "", "output": answer}) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------- one run
+def axolotl_config(args: argparse.Namespace, workdir: Path, with_del: bool) -> dict:
+    use_flash = (not args.cpu_smoke) and importlib.util.find_spec("flash_attn") is not None
+    bf16 = (not args.cpu_smoke) and torch.cuda.is_bf16_supported()
+    cfg = {
+        "base_model": str(workdir / "model"),
+        "tokenizer_config": str(workdir / "model"),
+        "datasets": [{"path": str(workdir / "rows.jsonl"), "ds_type": "json", "type": "alpaca"}],
+        "dataset_prepared_path": str(workdir / f"prepared-{'on' if with_del else 'off'}"),
+        "dataset_num_proc": 1,
+        "val_set_size": 0.0,
+        "output_dir": str(workdir / f"out-{'on' if with_del else 'off'}"),
+        "save_strategy": "no",
+        "load_in_4bit": True,
+        "adapter": "qlora",
+        "bnb_config_kwargs": {"bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True},
+        "lora_r": 32,
+        "lora_alpha": 16,
+        "lora_dropout": 0.0,
+        "lora_target_linear": True,
+        "lora_mlp_kernel": not args.cpu_smoke,
+        "lora_qkv_kernel": not args.cpu_smoke,
+        "lora_o_kernel": not args.cpu_smoke,
+        "lora_embedding_kernel": False,
+        "sequence_len": args.seq_len,
+        "sample_packing": True,
+        "pad_to_sequence_len": True,
+        "micro_batch_size": args.micro_batch,
+        "gradient_accumulation_steps": args.grad_accum,
+        "max_steps": args.warmup + args.steps,
+        "num_epochs": 100,  # max_steps ends the run
+        "learning_rate": 2e-4,
+        "lr_scheduler": "constant",
+        "optimizer": "adamw_torch" if args.cpu_smoke else "paged_adamw_8bit",
+        "bf16": bf16,
+        "fp16": (not args.cpu_smoke) and not bf16,
+        "tf32": not args.cpu_smoke,
+        "attn_implementation": "flash_attention_2" if use_flash else "sdpa",
+        "gradient_checkpointing": True,
+        "gradient_checkpointing_kwargs": {"use_reentrant": False},
+        "logging_steps": 1,
+        "dataloader_num_workers": 0,
+        "dataloader_pin_memory": not args.cpu_smoke,
+        "seed": 42,
+        "plugins": [],
+    }
+    if with_del:
+        cfg.update({"plugins": ["del_plugin.DELPlugin"], "del_alpha": args.del_alpha})
+    return cfg
+
+
+def run_child(args: argparse.Namespace) -> None:
+    """One training run in this process; prints one result line for the parent."""
+    from axolotl.cli.config import load_cfg
+    from axolotl.common.datasets import load_datasets
+    from axolotl.train import setup_model_and_trainer
+    from axolotl.utils.dict import DictDefault
+    from transformers import TrainerCallback
+
+    with_del = args.child == "on"
+    workdir = Path(args.workdir)
+    cuda = torch.cuda.is_available() and not args.cpu_smoke
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times: list[float] = []
+            self._start = 0.0
+
+        def on_step_begin(self, *_, **__):
+            sync()
+            self._start = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            sync()
+            self.times.append(time.perf_counter() - self._start)
+
+    cfg = load_cfg(DictDefault(axolotl_config(args, workdir, with_del)))
+    meta = load_datasets(cfg=cfg)
+    trainer = setup_model_and_trainer(cfg, meta)[0]
+    timer = StepTimer()
+    trainer.add_callback(timer)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    timed = timer.times[args.warmup:]
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    result = {
+        "del": with_del,
+        "trainer": type(trainer).__name__,
+        "attention": cfg.attn_implementation,
+        "steps": len(timer.times),
+        "step_time_s": statistics.median(timed) if timed else None,
+        "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
+        "last_log": {k: v for k, v in (logs[-1] if logs else {}).items() if isinstance(v, (int, float))},
+    }
+    print(RESULT_TAG + json.dumps(result), flush=True)
+
+
+def launch(args: argparse.Namespace, workdir: Path, variant: str) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, "--workdir", str(workdir)]
+    for key in ("steps", "warmup", "seq_len", "micro_batch", "grad_accum", "del_alpha"):
+        cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    if args.cpu_smoke:
+        cmd.append("--cpu-smoke")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "AXOLOTL_DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if args.cpu_smoke:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # Axolotl would otherwise put the model on a GPU if there is one
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"gpu_check: the DEL-{variant} run took longer than {args.timeout} s (--timeout)")
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_TAG)]
+    if done.returncode != 0 or not lines:
+        tail = "\n".join((done.stdout + "\n" + done.stderr).strip().splitlines()[-40:])
+        raise SystemExit(f"gpu_check: the DEL-{variant} run failed (exit {done.returncode}):\n{tail}")
+    result = json.loads(lines[-1][len(RESULT_TAG):])
+    result["wall_s"] = time.perf_counter() - started
+    return result
+
+
+def check_result(result: dict, args: argparse.Namespace) -> list[str]:
+    """What is wrong with a run's result, if anything."""
+    problems = []
+    expected_steps = args.warmup + args.steps
+    if result["steps"] != expected_steps:
+        problems.append(f"DEL {'on' if result['del'] else 'off'}: {result['steps']} steps, not {expected_steps}")
+    log = result["last_log"]
+    if result["del"]:
+        if result["trainer"] != "DELTrainer":
+            problems.append(f"DEL on: Axolotl used {result['trainer']}, not DELTrainer")
+        missing = [k for k in DEL_KEYS if k not in log or not math.isfinite(log[k])]
+        if missing:
+            problems.append(f"DEL on: no finite {', '.join(missing)} in the last log {log}")
+        elif log["digit_targets"] <= 0:
+            problems.append("DEL on: no digit targets in the last step")
+    elif any(k in log for k in DEL_KEYS):
+        problems.append("DEL off: DEL metrics were logged although the plugin was not listed")
+    return problems
+
+
+def fmt(value: float | None, unit: str, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f} {unit}".strip()
+
+
+def ratio(on: float | None, off: float | None) -> str:
+    return "n/a" if not on or not off else f"{on / off:.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not args.cpu_smoke and not torch.cuda.is_available():
+        print(
+            "gpu_check: needs a CUDA GPU, and torch.cuda.is_available() is False here (a CPU-only machine or a "
+            "CPU build of PyTorch); run it on a machine with an NVIDIA GPU and CUDA PyTorch.",
+            file=sys.stderr,
+        )
+        return EXIT_NO_GPU
+    if args.child:
+        run_child(args)
+        return 0
+    if importlib.util.find_spec("bitsandbytes") is None:
+        print("gpu_check: needs bitsandbytes for the 4-bit QLoRA steps; pip install bitsandbytes", file=sys.stderr)
+        return 1
+
+    with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
+        workdir = Path(tmp)
+        n_params = build_model_dir(args, workdir / "model")
+        write_arithmetic_rows(workdir / "rows.jsonl", args.rows)
+        device = "CPU (--cpu-smoke: timings mean nothing)" if args.cpu_smoke else (
+            f"{torch.cuda.get_device_name(0)} (sm_{''.join(map(str, torch.cuda.get_device_capability(0)))})")
+        print(f"gpu_check on {device}, torch {torch.__version__}")
+        print(f"model: random Llama, {n_params / 1e6:.1f}M parameters ({args.layers} layers, hidden {args.hidden}, "
+              f"vocabulary {args.vocab}), 4-bit NF4 QLoRA r=32; {args.micro_batch} x {args.seq_len} tokens x "
+              f"{args.grad_accum} micro-batches per step; {args.warmup} warm-up + {args.steps} timed steps",
+              flush=True)
+        results = {}
+        for variant in ("off", "on"):
+            print(f"running DEL {variant} ...", flush=True)
+            results[variant] = launch(args, workdir, variant)
+    off, on = results["off"], results["on"]
+    print(f"attention: {on['attention']}")
+    print(f"{'':14}{'step time (median)':>20}{'peak allocated':>18}{'peak reserved':>16}")
+    for name, r in (("DEL off", off), ("DEL on", on)):
+        print(f"{name:14}{fmt(r['step_time_s'], 's'):>20}{fmt(r['peak_allocated_gib'], 'GiB', 2):>18}"
+              f"{fmt(r['peak_reserved_gib'], 'GiB', 2):>16}")
+    print(f"{'ratio on/off':14}{ratio(on['step_time_s'], off['step_time_s']):>20}"
+          f"{ratio(on['peak_allocated_gib'], off['peak_allocated_gib']):>18}"
+          f"{ratio(on['peak_reserved_gib'], off['peak_reserved_gib']):>16}")
+    log = on["last_log"]
+    print("DEL on, last step: " + ", ".join(f"{k}={log[k]:.4g}" for k in DEL_KEYS if k in log))
+    problems = check_result(off, args) + check_result(on, args)
+    for problem in problems:
+        print(f"gpu_check: FAILED: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

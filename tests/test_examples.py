@@ -1,0 +1,342 @@
+"""The example configs under examples/: Axolotl's own validation of the files as shipped, the paper's recipe and the
+DEL weight derived from the authors' scripts, and a few real training steps on CPU with the same YAML.
+
+The CPU runs change exactly what ``CPU_OVERRIDES`` lists (GPU-only features and the run length) and swap the
+model for a tiny random Llama that carries the family's real tokenizer and the dataset for local GSM8K rows; the
+prompt format, the adapter with its 4-bit base weights, packing and the DEL keys are the user's.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import math
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from axolotl_helpers import gsm8k_rows, run_axolotl, train_logs, write_alpaca_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+GPU_CHECK = REPO / "scripts" / "gpu_check.py"
+DEL_PARTS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
+
+
+@dataclass(frozen=True)
+class AuthorsRun:
+    """One family's run in the authors' repository (PolyU-VCLab/DEL, train_<family>.sh and train-*.py)."""
+
+    alpha: float  # the constant in front of their L_num
+    gpus: int  # torchrun --nproc_per_node
+    grad_accum: int  # --gradient_accumulation_steps (micro-batch 1)
+    # True where their Trainer divided the whole loss by the accumulation steps (transformers 4.35.2 through
+    # accelerate's backward: CodeLlama, Mistral); False where it did not and multiplied the loss by the number of
+    # processes instead (transformers 4.57.1 with a compute_loss_func and average_tokens_across_devices: Qwen2.5,
+    # DeepSeek-Math), which leaves their per-micro-batch mean GA x GPUs times heavier than a mean over the step.
+    loss_divided_by_grad_accum: bool
+
+    @property
+    def del_alpha(self) -> float:
+        """The weight of the mean of l_t over an optimizer step's digits that their gradient corresponds to."""
+        return self.alpha if self.loss_divided_by_grad_accum else self.alpha * self.grad_accum * self.gpus
+
+    @property
+    def rows_per_step(self) -> int:
+        return self.gpus * self.grad_accum
+
+
+@dataclass(frozen=True)
+class Family:
+    directory: str
+    hub_id: str
+    tokenizer: str  # del_plugin.assets tokenizer with the same vocabulary
+    model_module: str  # transformers.models.<module>
+    decoder_layer: str
+    learning_rate: float  # the paper's full fine-tuning learning rate
+    authors: AuthorsRun
+
+
+FAMILIES = {
+    f.directory: f
+    for f in (
+        Family("codellama-7b", "codellama/CodeLlama-7b-hf", "llama-spm", "llama", "LlamaDecoderLayer", 2e-5,
+               AuthorsRun(alpha=0.1, gpus=4, grad_accum=32, loss_divided_by_grad_accum=True)),
+        Family("mistral-7b", "mistralai/Mistral-7B-v0.1", "mistral", "mistral", "MistralDecoderLayer", 5e-6,
+               AuthorsRun(alpha=0.1, gpus=8, grad_accum=32, loss_divided_by_grad_accum=True)),
+        # DeepSeek-Math-7B is a Llama architecture (the authors wrap LlamaDecoderLayer too)
+        Family("deepseek-math-7b-instruct", "deepseek-ai/deepseek-math-7b-instruct", "deepseek-llm", "llama",
+               "LlamaDecoderLayer", 5e-6, AuthorsRun(alpha=0.01, gpus=8, grad_accum=32,
+                                                     loss_divided_by_grad_accum=False)),
+        # train_qwen.sh is for Qwen2.5-1.5B on 4 GPUs; for 7B we assume the 8 GPUs of their other 7B run (DeepSeek)
+        Family("qwen2.5-7b", "Qwen/Qwen2.5-7B", "qwen2", "qwen2", "Qwen2DecoderLayer", 5e-6,
+               AuthorsRun(alpha=0.01, gpus=8, grad_accum=32, loss_divided_by_grad_accum=False)),
+    )
+}
+KINDS = ("qlora-24gb", "full-fsdp")
+EXAMPLE_IDS = [f"{d}/{k}" for d in FAMILIES for k in KINDS]
+
+# The hardware each kind is written for, as Axolotl's validation takes it (normally probed from the local GPU).
+CAPABILITIES = {
+    "qlora-24gb": {"bf16": True, "fp8": False, "tf32": True, "n_gpu": 1, "compute_capability": "sm_89"},  # RTX 4090
+    "full-fsdp": {"bf16": True, "fp8": False, "tf32": True, "n_gpu": 8, "compute_capability": "sm_90"},  # 8 x H100
+}
+
+# Everything a CPU run changes in the user's YAML besides the model and the data (see `cpu_run_config`).
+# None unsets a key.
+CPU_OVERRIDES = {
+    # GPU-only features and their CPU stand-ins
+    "bf16": False,  # no bf16 autocast here
+    "fp16": False,
+    "tf32": False,  # TF32 matmuls are an Ampere+ CUDA feature
+    "attn_implementation": "sdpa",  # flash-attention 2 is CUDA-only; sdpa packs rows with a block-diagonal mask
+    "optimizer": "adamw_torch",  # paged 8-bit AdamW pages through CUDA memory; the fused AdamW is the same maths
+    "lora_mlp_kernel": False,  # Axolotl's fused LoRA kernels are Triton (GPU) kernels
+    "lora_qkv_kernel": False,
+    "lora_o_kernel": False,
+    "lora_embedding_kernel": False,
+    "fsdp_config": None,  # one process, no sharding
+    "fsdp_version": None,
+    "dataloader_pin_memory": False,  # pinning needs CUDA
+    "dataloader_num_workers": 0,  # workers would re-import the test module under spawn
+    "dataset_num_proc": 1,  # likewise for the tokenisation pool
+    # a short run: two optimizer steps of two micro-batches of up to 256 tokens, nothing saved
+    "sequence_len": 256,
+    "micro_batch_size": 2,
+    "gradient_accumulation_steps": 2,
+    "max_steps": 2,
+    "logging_steps": 1,
+    "save_strategy": "no",
+    "saves_per_epoch": None,
+    "save_total_limit": None,
+}
+
+
+def example_path(example_id: str) -> Path:
+    return EXAMPLES / f"{example_id}.yml"
+
+
+def load_example(example_id: str) -> dict:
+    with open(example_path(example_id), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def family_of(example_id: str) -> Family:
+    return FAMILIES[example_id.split("/")[0]]
+
+
+def validate(cfg: dict, kind: str):
+    """Axolotl's validation with the plugin's keys, as `axolotl train` runs it, for the hardware of `kind`."""
+    import torch
+    from axolotl.utils.config import prepare_plugins, validate_config
+    from axolotl.utils.dict import DictDefault
+
+    cfg = DictDefault(copy.deepcopy(cfg))
+    prepare_plugins(cfg)
+    return validate_config(
+        cfg,
+        capabilities=CAPABILITIES[kind],
+        env_capabilities={"torch_version": torch.__version__.split("+")[0]},
+    )
+
+
+def test_every_family_has_both_examples():
+    found = sorted(str(p.relative_to(EXAMPLES).with_suffix("")) for p in EXAMPLES.glob("*/*.yml"))
+    mine = sorted(p for p in found if p.split("/")[0] in FAMILIES)
+    assert mine == sorted(EXAMPLE_IDS)
+
+
+@pytest.mark.parametrize("example_id", EXAMPLE_IDS)
+def test_example_passes_axolotl_validation_as_shipped(example_id):
+    """The file as a user runs it (hub model id, hub dataset), validated offline: the tokenizer check of the
+    plugin only warns when the hub is unreachable, and nothing else in validation downloads anything."""
+    family, kind = family_of(example_id), example_id.split("/")[1]
+    shipped = load_example(example_id)
+    cfg = validate(shipped, kind)
+
+    assert cfg.base_model == family.hub_id
+    assert cfg.plugins == ["del_plugin.DELPlugin"]
+    assert cfg.del_alpha == pytest.approx(family.authors.del_alpha, rel=1e-12)
+    assert (cfg.del_place_weighting, cfg.del_integer_slope, cfg.del_decimal_base) == (True, 2.0, 1.02)
+    assert [d["path"] for d in cfg.datasets] == ["TIGER-Lab/MathInstruct"]
+    assert cfg.train_on_inputs is False
+    assert cfg.bf16 is True
+    assert cfg.attn_implementation == "flash_attention_2"
+    # the paper truncates at 1500 tokens; the examples use the nearest multiple of 128 and truncate too
+    assert cfg.sequence_len == 1536 and cfg.excess_length_strategy == "truncate"
+    assert cfg.lr_scheduler == "cosine" and cfg.warmup_ratio == 0.03 and cfg.num_epochs == 2
+    assert cfg.weight_decay == 0.0
+
+    if kind == "qlora-24gb":
+        assert cfg.adapter == "qlora" and cfg.load_in_4bit is True
+        assert cfg.bnb_config_kwargs == {"bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True}
+        assert cfg.lora_target_linear is True
+        assert cfg.sample_packing is True
+        assert cfg.gradient_checkpointing is True
+        assert cfg.optimizer == "paged_adamw_8bit"
+        assert not cfg.fsdp_config
+    else:
+        # the paper's recipe: full fine-tune, the paper's learning rate and rows per optimizer step, FSDP2 over
+        # 8 GPUs wrapping the family's decoder layer class
+        assert not cfg.adapter and not cfg.load_in_4bit
+        assert cfg.learning_rate == family.learning_rate
+        assert cfg.micro_batch_size * cfg.gradient_accumulation_steps * 8 == family.authors.rows_per_step
+        assert cfg.sample_packing is False
+        assert cfg.fsdp_version == 2 and cfg.fsdp_config.fsdp_version == 2
+        assert cfg.fsdp_config.auto_wrap_policy == "TRANSFORMER_BASED_WRAP"
+        assert cfg.fsdp_config.transformer_layer_cls_to_wrap == family.decoder_layer
+        module = importlib.import_module(
+            f"transformers.models.{family.model_module}.modeling_{family.model_module}"
+        )
+        assert hasattr(module, family.decoder_layer)
+
+
+def test_authors_weights_convert_to_the_documented_del_alpha():
+    # worked out by hand from the authors' scripts (see docs/examples.md)
+    assert FAMILIES["codellama-7b"].authors.del_alpha == 0.1
+    assert FAMILIES["mistral-7b"].authors.del_alpha == 0.1
+    assert FAMILIES["deepseek-math-7b-instruct"].authors.del_alpha == pytest.approx(2.56)
+    assert FAMILIES["qwen2.5-7b"].authors.del_alpha == pytest.approx(2.56)
+    # the published Qwen script (Qwen2.5-1.5B, 4 GPUs) would give half of that
+    assert AuthorsRun(0.01, 4, 32, False).del_alpha == pytest.approx(1.28)
+
+
+def test_deepseek_qlora_prompt_is_the_models_chat_template():
+    """The DeepSeek-Math QLoRA example writes rows in the model's own chat format: the prompt Axolotl tokenizes is
+    the chat template's generation prompt, and the trained answer is the answer followed by the eos token."""
+    from axolotl.prompt_strategies import load as load_strategy
+    from axolotl.utils.dict import DictDefault
+
+    from del_plugin.assets import load_tokenizer
+
+    # deepseek-ai/deepseek-math-7b-instruct, tokenizer_config.json
+    template = (
+        "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+        "{{ 'User: ' + message['content'] + '\n\n' }}{% elif message['role'] == 'assistant' %}"
+        "{{ 'Assistant: ' + message['content'] + eos_token }}{% elif message['role'] == 'system' %}"
+        "{{ message['content'] + '\n\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+        "{{ 'Assistant:' }}{% endif %}"
+    )
+    tokenizer = load_tokenizer("deepseek-llm")
+    shipped = load_example("deepseek-math-7b-instruct/qlora-24gb")
+    cfg = DictDefault({"train_on_inputs": shipped["train_on_inputs"], "sequence_len": shipped["sequence_len"]})
+    strategy = load_strategy("user_defined", tokenizer, cfg, shipped["datasets"][0]["type"])
+
+    row = gsm8k_rows(1)[0]
+    tokenized = strategy.tokenize_prompt({"instruction": row["question"], "output": row["answer"]})
+    ids, labels = tokenized["input_ids"], tokenized["labels"]
+    n_prompt = sum(label == -100 for label in labels)
+    assert labels[n_prompt:] == ids[n_prompt:] and -100 not in labels[n_prompt:]
+
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": row["question"]}], chat_template=template, add_generation_prompt=True,
+        tokenize=False,
+    )
+    adds_bos = tokenizer("x")["input_ids"][0] == tokenizer.bos_token_id
+    expected_prompt = rendered if adds_bos else rendered.removeprefix(tokenizer.bos_token)
+    assert ids[:n_prompt] == tokenizer(expected_prompt, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids[:n_prompt]) == expected_prompt
+    assert tokenizer.decode(ids[n_prompt:]) == row["answer"] + tokenizer.eos_token
+
+
+def test_gpu_check_refuses_clearly_without_a_gpu():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU; the refusal is for machines without one")
+    done = subprocess.run(
+        [sys.executable, str(GPU_CHECK)], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+    assert done.returncode != 0
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert "CUDA GPU" in lines[0] and "gpu_check" in lines[0]
+
+
+# ---------------------------------------------------------------------------------------------------- CPU runs
+@pytest.fixture(scope="module")
+def gsm8k_alpaca(tmp_path_factory):
+    return write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "gsm8k.jsonl", gsm8k_rows(48))
+
+
+def cpu_run_config(example_id: str, tmp_path: Path, dataset: Path) -> dict:
+    """The shipped YAML with ``CPU_OVERRIDES``, the family's tiny model and local GSM8K rows in place of
+    MathInstruct (same alpaca fields, same prompt `type`)."""
+    from del_plugin.assets import tiny_model_dir
+
+    cfg = load_example(example_id)
+    model_dir = str(tiny_model_dir(family_of(example_id).tokenizer))
+    (source,) = cfg["datasets"]
+    cfg.update(CPU_OVERRIDES)
+    cfg.update(
+        base_model=model_dir,
+        tokenizer_config=model_dir,
+        datasets=[{**source, "path": str(dataset), "ds_type": "json", "split": "train"}],
+        output_dir=str(tmp_path / "out"),
+        dataset_prepared_path=str(tmp_path / "prepared"),
+    )
+    return {key: value for key, value in cfg.items() if value is not None}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("example_id", EXAMPLE_IDS)
+def test_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_path, gsm8k_alpaca):
+    import bitsandbytes as bnb
+
+    from del_plugin.assets import load_tokenizer
+    from del_plugin.trainer import DELTrainer
+
+    family, kind = family_of(example_id), example_id.split("/")[1]
+    shipped = load_example(example_id)
+    trainer = run_axolotl(cpu_run_config(example_id, tmp_path, gsm8k_alpaca))
+    assert isinstance(trainer, DELTrainer)
+
+    # the family's digits: the trainer found the tokenizer's own '0'..'9'
+    tokenizer = load_tokenizer(family.tokenizer)
+    assert list(trainer.del_vocab.family_token_ids[0]) == tokenizer.convert_tokens_to_ids(list("0123456789"))
+
+    logs = train_logs(trainer)
+    assert len(logs) == CPU_OVERRIDES["max_steps"]
+    for log in logs:
+        for key in DEL_PARTS:
+            assert math.isfinite(log[key]), (key, log)
+        assert log["digit_targets"] > 0
+        assert 0 <= log["digit_accuracy"] <= 1
+        assert 0 < log["digit_entropy"] <= math.log(10) + 1e-6
+        # the weight the trainer applied is the YAML's del_alpha, and the parts add up to the optimised loss
+        assert log["del_loss"] == pytest.approx(shipped["del_alpha"] * log["del_l_num"], rel=1e-3)
+        assert log["ce_loss"] + log["del_loss"] == pytest.approx(log["loss"], rel=1e-5)
+
+    model = trainer.model
+    if kind == "qlora-24gb":
+        # 4-bit stayed on: NF4 with double quantisation under the LoRA adapter
+        quantized = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+        assert quantized
+        assert {m.weight.quant_type for m in quantized} == {"nf4"}
+        assert all(m.weight.compress_statistics for m in quantized)
+        trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+        assert trainable and all("lora_" in n for n in trainable)
+    else:
+        assert all(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.e2e
+def test_gpu_check_runs_its_two_axolotl_processes_in_cpu_smoke_mode():
+    """The GPU check's own machinery (local model and tokenizer, synthetic data, one Axolotl process per variant,
+    result parsing) on the CPU with a tiny model; only the GPU-only features differ from a GPU run."""
+    done = subprocess.run(
+        [sys.executable, str(GPU_CHECK), "--cpu-smoke", "--timeout", "900"], capture_output=True, text=True,
+        timeout=1900, cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("DEL off") for line in lines) and any(line.startswith("DEL on ") for line in lines)
+    (metrics_line,) = [line for line in lines if line.startswith("DEL on, last step: ")]
+    metrics = dict(item.split("=") for item in metrics_line.removeprefix("DEL on, last step: ").split(", "))
+    assert set(metrics) == set(DEL_PARTS)
+    assert all(math.isfinite(float(value)) for value in metrics.values())
+    assert float(metrics["digit_targets"]) > 0

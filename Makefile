@@ -9,7 +9,7 @@ export AXOLOTL_DO_NOT_TRACK := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup assets test test-fast demo bench clean
+.PHONY: setup assets test test-fast demo bench gpu-check clean
 
 $(VENV)/.installed: setup.cfg requirements.lock
 	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found (Axolotl 0.21.0 needs >= 3.12); set PYTHON312=/path/to/python3.12"; exit 1; }
@@ -37,3 +37,6 @@ demo: setup
 
 bench: setup
 	$(PY) bench/run_all.py
+
+gpu-check: setup
+	$(PY) scripts/gpu_check.py

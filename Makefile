@@ -8,6 +8,8 @@ PYTHON312 ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python
 export AXOLOTL_DO_NOT_TRACK := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# idle torch threads sleep instead of spinning: on a shared or small machine spinning costs more than it saves
+export OMP_WAIT_POLICY := PASSIVE
 
 .PHONY: setup assets test test-fast demo bench gpu-check clean
 

@@ -1,0 +1,8 @@
+"""``python -m del_plugin.evaluation`` = ``del-eval``."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

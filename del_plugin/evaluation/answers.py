@@ -1,0 +1,134 @@
+"""Answer extraction and scoring, as in the paper's harness.
+
+Extraction (:func:`extract_answer`): take the text after the first "The answer is" (any case) or "####",
+whichever comes first; remove the thousands commas; the answer is the first number there, or else (no marker, or
+no number after it) the last number anywhere in the text.
+
+A *number* is an optional minus sign, digits with an optional decimal part (or a bare ``.5``), and an optional
+``/denominator`` (``3/4`` reads as 0.75). A minus sign counts only where it cannot be a subtraction: ``16-3``
+reads as 16 and 3, ``x = -3`` as -3. Dollar signs, percent signs and units around the number are ignored. The
+Unicode minus '−' is read as '-'.
+
+Scoring (:func:`is_correct`): a prediction is correct when, rounded to the nearest integer (halves away from
+zero), it equals an integer reference; or, for a non-integer reference, when it is within 4% of it (relative).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal, DivisionByZero, InvalidOperation, Overflow, localcontext
+
+__all__ = [
+    "ANSWER_MARKERS",
+    "ExtractedNumber",
+    "RELATIVE_TOLERANCE",
+    "extract_answer",
+    "find_numbers",
+    "format_decimal",
+    "is_correct",
+    "to_float",
+]
+
+ANSWER_MARKERS = ("the answer is", "####")
+RELATIVE_TOLERANCE = Decimal("0.04")
+
+# A digit or letter right before a '-' makes it a subtraction / hyphen, not a sign; a word character or '.' right
+# before the digits means they belong to something else (a name such as 'CO2', a second decimal point in '1.2.3').
+_NUMBER = re.compile(
+    r"(?:(?<![\w.)\]])(?P<sign>-))?(?<![\w.])(?P<body>\d+(?:\.\d+)?|\.\d+)(?:/(?P<denominator>\d+(?:\.\d+)?))?"
+)
+_THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d)")
+_MARKER = re.compile("|".join(re.escape(m) for m in ANSWER_MARKERS), re.IGNORECASE)
+# Numbers are kept as exact decimals; a quotient that does not terminate is cut at this many significant digits.
+_DIVISION_DIGITS = 28
+
+
+@dataclass(frozen=True)
+class ExtractedNumber:
+    """A number read from text: its exact ``value``, the ``text`` it was read from, and where it was found
+    (``"marker"`` after "The answer is"/"####", or ``"last"`` for the last number in the text)."""
+
+    value: Decimal
+    text: str
+    source: str
+
+
+def _normalise(text: str) -> str:
+    return _THOUSANDS_COMMA.sub("", text.replace("\u2212", "-"))
+
+
+def _value(match: re.Match) -> Decimal:
+    value = Decimal(match["body"])
+    denominator = match["denominator"]
+    if denominator is not None and Decimal(denominator) != 0:
+        # quantize-free exact division where it terminates; otherwise 28 significant digits
+        try:
+            value = value / Decimal(denominator)
+        except (DivisionByZero, InvalidOperation, Overflow):
+            pass
+    return -value if match["sign"] else value
+
+
+def find_numbers(text: str) -> list[tuple[Decimal, str]]:
+    """Every number in ``text`` (after removing thousands commas), in order, as ``(value, matched text)``."""
+    text = _normalise(text)
+    return [(_value(m), m.group(0)) for m in _NUMBER.finditer(text)]
+
+
+def extract_answer(text: str) -> ExtractedNumber | None:
+    """The model's final answer in ``text``, or None when there is no number at all (see the module docs)."""
+    if not isinstance(text, str):
+        raise TypeError(f"extract_answer needs a str, got {type(text).__name__}")
+    text = _normalise(text)
+    marker = _MARKER.search(text)
+    if marker is not None:
+        match = _NUMBER.search(text, marker.end())
+        if match is not None:
+            return ExtractedNumber(_value(match), match.group(0), "marker")
+    last = None
+    for last in _NUMBER.finditer(text):
+        pass
+    if last is None:
+        return None
+    return ExtractedNumber(_value(last), last.group(0), "last")
+
+
+def _round_half_away(value: Decimal) -> Decimal:
+    with localcontext() as context:
+        # room for every integer digit: a runaway answer can have hundreds
+        context.prec = max(context.prec, value.adjusted() + 2)
+        return value.quantize(Decimal(1), rounding=ROUND_HALF_UP)
+
+
+def is_correct(prediction: Decimal | float | None, reference: Decimal | float) -> bool:
+    """The harness's rule: rounded prediction == integer reference; else within 4% relative of the reference."""
+    if prediction is None:
+        return False
+    prediction, reference = Decimal(str(prediction)), Decimal(str(reference))
+    if not prediction.is_finite() or not reference.is_finite():
+        return False
+    if reference == reference.to_integral_value():
+        return _round_half_away(prediction) == reference
+    return abs(prediction - reference) <= RELATIVE_TOLERANCE * abs(reference)
+
+
+def to_float(value: Decimal) -> float:
+    """``float(value)``, clipped to the largest finite float (a runaway generation can print 400 digits)."""
+    as_float = float(value)
+    if math.isinf(as_float):
+        return math.copysign(1.7976931348623157e308, as_float)
+    return as_float
+
+
+def format_decimal(value: Decimal, max_decimals: int = 6) -> str:
+    """Plain positional notation, rounded to ``max_decimals`` places, without trailing zeros: 12.50 -> '12.5',
+    1E+3 -> '1000', 2/3 -> '0.666667'."""
+    quantum = Decimal(1).scaleb(-max_decimals)
+    try:
+        value = value.quantize(quantum, rounding=ROUND_HALF_UP) if value.adjusted() < 60 else value
+    except InvalidOperation:  # more digits than the context precision: no decimals to round anyway
+        pass
+    text = format(value.normalize(), "f")
+    return "0" if text in ("0", "-0") else text

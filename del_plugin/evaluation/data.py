@@ -1,0 +1,135 @@
+"""Evaluation sets: local JSONL files, one problem per line.
+
+Two formats, told apart per line:
+
+* **GSM8K**: ``{"question": ..., "answer": "<solution>\\n#### 72"}``; the reference is the number after "####".
+* **plain numeric**: ``{"question": ..., "answer": ...}`` where the answer is a JSON number (``12.5``), a numeric
+  string (``"1,234"``) or a text ending in the answer (``"The answer is 12.5"``); the reference is read with the
+  same rule as model outputs (:func:`~.answers.extract_answer`).
+
+The ``answer`` text (a JSON number as written) is also the *solution* the teacher-forced metrics score.
+
+A bad line (not JSON, not an object, a missing or empty field, no number in the answer) does not stop the
+evaluation: it is skipped and reported as ``file:line: reason``. A missing file is an error before any model is
+loaded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from .answers import extract_answer
+
+__all__ = ["DataIssue", "EvalExample", "EvalSet", "read_eval_set", "check_files_exist"]
+
+GSM8K_MARKER = "####"
+
+
+@dataclass(frozen=True)
+class DataIssue:
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+    def as_dict(self) -> dict:
+        return {"file": self.path, "line": self.line, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class EvalExample:
+    dataset: str
+    line: int
+    question: str
+    solution: str
+    reference: Decimal
+    reference_text: str
+    format: str  # "gsm8k" or "numeric"
+
+
+@dataclass
+class EvalSet:
+    name: str
+    path: str
+    examples: list[EvalExample]
+    issues: list[DataIssue]
+    lines_read: int
+
+
+def check_files_exist(paths: list[str | Path]) -> None:
+    missing = [str(p) for p in paths if not Path(p).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            "evaluation set not found: " + ", ".join(missing) + " (give local JSONL files with `question` and "
+            "`answer` per line, e.g. GSM8K's test.jsonl)"
+        )
+
+
+def _reference(answer: object) -> tuple[str, Decimal, str, str] | str:
+    """(solution text, reference value, its text, format), or the reason it has none."""
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+        return f"`answer` must be a string or a number, got {type(answer).__name__}"
+    if not isinstance(answer, str):
+        text = json.dumps(answer)  # as written in the file, e.g. 12.5 -> "12.5"
+        return text, Decimal(text), text, "numeric"
+    if not answer.strip():
+        return "`answer` is empty"
+    if GSM8K_MARKER in answer:
+        tail = answer.rsplit(GSM8K_MARKER, 1)[1]
+        found = extract_answer(GSM8K_MARKER + tail)
+        if found is None or found.source != "marker":
+            return f"no number after '{GSM8K_MARKER}' in `answer` ({tail.strip()[:40]!r})"
+        return answer, found.value, found.text, "gsm8k"
+    found = extract_answer(answer)
+    if found is None:
+        return f"no number in `answer` ({answer.strip()[:60]!r})"
+    return answer, found.value, found.text, "numeric"
+
+
+def read_eval_set(path: str | Path, limit: int | None = None, name: str | None = None) -> EvalSet:
+    """Read up to ``limit`` valid problems from ``path``; bad lines become :class:`DataIssue` entries."""
+    path = Path(path)
+    check_files_exist([path])
+    name = name or path.stem
+    examples: list[EvalExample] = []
+    issues: list[DataIssue] = []
+    lines_read = 0
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if limit is not None and len(examples) >= limit:
+                break
+            if not line.strip():
+                continue
+            lines_read += 1
+
+            def skip(reason: str) -> None:
+                issues.append(DataIssue(str(path), line_number, reason))
+
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                skip(f"not valid JSON ({err.msg} at column {err.colno})")
+                continue
+            if not isinstance(row, dict):
+                skip(f"expected a JSON object with `question` and `answer`, got {type(row).__name__}")
+                continue
+            missing = [key for key in ("question", "answer") if key not in row]
+            if missing:
+                skip(f"missing key(s) {', '.join(missing)} (keys present: {', '.join(sorted(row)) or 'none'})")
+                continue
+            question = row["question"]
+            if not isinstance(question, str) or not question.strip():
+                skip("`question` must be a non-empty string")
+                continue
+            parsed = _reference(row["answer"])
+            if isinstance(parsed, str):
+                skip(parsed)
+                continue
+            solution, value, text, fmt = parsed
+            examples.append(EvalExample(name, line_number, question, solution, value, text, fmt))
+    return EvalSet(name=name, path=str(path), examples=examples, issues=issues, lines_read=lines_read)

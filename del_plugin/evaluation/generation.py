@@ -1,0 +1,195 @@
+"""Loading a model (a folder, or a base model plus a LoRA adapter), building prompts, batched greedy generation.
+
+Prompts follow the format the model was fine-tuned with:
+
+* ``chat``: the tokenizer's chat template with one user turn (the question) and the generation prompt; this is
+  what Axolotl's ``type: chat_template`` trains on;
+* ``alpaca``: Axolotl's ``type: alpaca`` prompt without input ("Below is an instruction … ### Response:\\n");
+* ``auto``: ``chat`` when the tokenizer has a chat template, else ``alpaca``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+
+LOG = logging.getLogger(__name__)
+
+__all__ = ["ALPACA_PROMPT", "LoadedModel", "PromptFormat", "generate_greedy", "load_model", "resolve_device"]
+
+ALPACA_PROMPT = (
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request."
+    "\n\n### Instruction:\n{question}\n\n### Response:\n"
+)
+PROMPT_FORMATS = ("auto", "chat", "alpaca")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    base: str
+    adapter: str | None
+    dtype: str
+    device: str
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]
+
+
+def load_model(model: str | Path, adapter: str | Path | None = None, *, dtype: str = "auto", device: str = "auto"
+               ) -> LoadedModel:
+    """A causal LM ready for inference. ``model`` is a model folder (or hub id), or an adapter folder such as
+    Axolotl's ``output_dir`` (its ``adapter_config.json`` names the base model); ``adapter`` adds a LoRA adapter
+    to ``model``. Adapters are merged into the weights, so generation runs at the base model's speed."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_path = Path(model)
+    if adapter is None and (model_path / "adapter_config.json").is_file():
+        adapter = model_path
+        config = json.loads((model_path / "adapter_config.json").read_text())
+        base = config.get("base_model_name_or_path")
+        if not base:
+            raise ValueError(
+                f"{model_path}/adapter_config.json names no base_model_name_or_path; pass the base model as "
+                "--model and this folder as --adapter"
+            )
+    else:
+        base = str(model)
+    if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{adapter} has no adapter_config.json: not a PEFT/LoRA adapter folder")
+    torch_device = resolve_device(device)
+    torch_dtype = _resolve_dtype(dtype, torch_device)
+    # Axolotl saves the tokenizer it trained with next to the adapter; prefer it over the base model's
+    tokenizer_source = adapter if adapter is not None and (Path(adapter) / "tokenizer_config.json").is_file() else base
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_source))
+    LOG.info("loading %s%s (%s, %s)", base, f" + adapter {adapter}" if adapter else "", torch_dtype, torch_device)
+    lm = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch_dtype)
+    if adapter is not None:
+        from peft import PeftModel
+
+        lm = PeftModel.from_pretrained(lm, str(adapter)).merge_and_unload()
+    lm.to(torch_device).eval()
+    return LoadedModel(lm, tokenizer, str(base), None if adapter is None else str(adapter),
+                       str(torch_dtype).removeprefix("torch."), str(torch_device))
+
+
+class PromptFormat:
+    """Turns a question into prompt text and token ids, and a (prompt, solution) pair into teacher-forcing ids."""
+
+    def __init__(self, tokenizer, kind: str = "auto"):
+        if kind not in PROMPT_FORMATS:
+            raise ValueError(f"prompt format must be one of {', '.join(PROMPT_FORMATS)}, got {kind!r}")
+        if kind == "auto":
+            kind = "chat" if getattr(tokenizer, "chat_template", None) else "alpaca"
+        elif kind == "chat" and not getattr(tokenizer, "chat_template", None):
+            raise ValueError(
+                "--prompt-format chat needs a tokenizer with a chat template, and this one has none; "
+                "use --prompt-format alpaca"
+            )
+        self.tokenizer = tokenizer
+        self.kind = kind
+
+    def text(self, question: str) -> str:
+        if self.kind == "chat":
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+            )
+        return ALPACA_PROMPT.format(question=question)
+
+    def _encode(self, text: str) -> list[int]:
+        # a chat template writes its own special tokens; the alpaca text gets the tokenizer's (e.g. BOS)
+        return list(self.tokenizer(text, add_special_tokens=self.kind != "chat")["input_ids"])
+
+    def prompt_ids(self, question: str) -> list[int]:
+        return self._encode(self.text(question))
+
+    def teacher_forcing_ids(self, question: str, solution: str) -> tuple[list[int], int]:
+        """Ids of prompt + solution tokenized together (as Axolotl tokenizes a training row) and the number of
+        leading prompt positions that are not targets."""
+        prompt_text = self.text(question)
+        return self._encode(prompt_text + solution), len(self._encode(prompt_text))
+
+
+def _eos_ids(lm: LoadedModel) -> list[int]:
+    ids: list[int] = []
+    for source in (lm.tokenizer.eos_token_id, getattr(lm.model.generation_config, "eos_token_id", None)):
+        for i in source if isinstance(source, (list, tuple)) else [source]:
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    if not ids:
+        raise ValueError(f"{lm.base}: the tokenizer and generation config define no EOS token to stop generation")
+    return ids
+
+
+def generate_greedy(
+    lm: LoadedModel,
+    prompts: Sequence[list[int]],
+    *,
+    batch_size: int,
+    max_new_tokens: int,
+    progress=None,
+) -> Iterator[tuple[list[int], list[str], list[int], list[bool]]]:
+    """Greedy completions of ``prompts`` (token ids), in batches with left padding, longest prompts first.
+
+    Yields ``(indices into prompts, decoded completions, completion lengths in tokens, whether each completion
+    ended with EOS)`` per batch, so the caller can save each batch as it comes; a completion without EOS was cut
+    at ``max_new_tokens``. ``progress`` (a tqdm bar) is advanced by the batch size.
+    """
+    from transformers import GenerationConfig
+
+    if batch_size < 1 or max_new_tokens < 1:
+        raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
+    tokenizer, model = lm.tokenizer, lm.model
+    eos = _eos_ids(lm)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, eos_token_id=eos, pad_token_id=pad_id,
+    )
+    device = next(model.parameters()).device
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    for start in range(0, len(order), batch_size):
+        indices = order[start : start + batch_size]
+        width = max(len(prompts[i]) for i in indices)
+        input_ids = torch.full((len(indices), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(indices), width), dtype=torch.long)
+        for row, i in enumerate(indices):
+            ids = prompts[i]
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention[row, width - len(ids):] = 1
+        with torch.inference_mode():
+            output = model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device), generation_config=config
+            )
+        completions = output[:, width:].cpu()
+        lengths, finished = [], []
+        for row in completions.tolist():
+            # the completion ends at its first EOS (included in the count); padding after it is not generated
+            stop = next((k + 1 for k, t in enumerate(row) if t in eos), None)
+            lengths.append(stop if stop is not None else len(row))
+            finished.append(stop is not None)
+        texts = [
+            tokenizer.decode(row[:n], skip_special_tokens=True) for row, n in zip(completions.tolist(), lengths)
+        ]
+        if progress is not None:
+            progress.update(len(indices))
+        yield indices, texts, lengths, finished

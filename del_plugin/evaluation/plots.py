@@ -1,0 +1,88 @@
+"""PNG plots of one or several reports (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["plot_entropy_histograms", "plot_place_accuracy"]
+
+_STYLES = ("-", "--", "-.", ":")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_entropy_histograms(series: Sequence[tuple[str, dict | None]], path: Path, title: str) -> Path | None:
+    """Overlaid step histograms of teacher-forced digit entropies; ``series`` is ``(label, teacher_forced dict)``.
+    Each histogram is normalised to fractions of its digit targets. Returns None when no series has data."""
+    series = [(label, tf) for label, tf in series if tf and tf.get("digits")]
+    if not series:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k, (label, tf) in enumerate(series):
+        edges = tf["entropy_histogram"]["edges"]
+        counts = tf["entropy_histogram"]["counts"]
+        total = sum(counts)
+        fractions = [c / total for c in counts]
+        ax.stairs(fractions, edges, label=f"{label} (mean {tf['mean_entropy']:.3f})", linewidth=1.8,
+                  linestyle=_STYLES[k % len(_STYLES)])
+    ax.set_xlabel("entropy of the ten-digit distribution at digit targets (nats; ln 10 = uniform)")
+    ax.set_ylabel("fraction of digit targets")
+    ax.set_title(title)
+    ax.set_xlim(edges[0], edges[-1])
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _place_curve(places: dict) -> tuple[list[int], list[float]]:
+    keys = sorted((int(p) for p in places), reverse=True)
+    return keys, [places[str(p)]["accuracy"] for p in keys]
+
+
+def plot_place_accuracy(
+    series: Sequence[tuple[str, dict | None, dict | None]], path: Path, title: str
+) -> Path | None:
+    """Per-place digit accuracy; ``series`` is ``(label, generation metrics, teacher_forced stats)``. Left: digits
+    of the generated final answers; right: teacher-forced digits of the reference solutions."""
+    panels = [
+        ("generated final answers", [(lbl, g["place_accuracy"]) for lbl, g, _ in series if g and g.get("n")]),
+        ("teacher-forced reference solutions", [(lbl, t["places"]) for lbl, _, t in series if t and t.get("digits")]),
+    ]
+    panels = [(name, data) for name, data in panels if data]
+    if not panels:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, (name, data) in zip(axes[0], panels):
+        all_places = sorted({int(p) for _, places in data for p in places}, reverse=True)
+        position = {p: i for i, p in enumerate(all_places)}
+        for k, (label, places) in enumerate(data):
+            keys, accuracy = _place_curve(places)
+            ax.plot([position[p] for p in keys], accuracy, marker="o", label=label,
+                    linestyle=_STYLES[k % len(_STYLES)])
+        ax.set_xticks(range(len(all_places)), [f"$10^{{{p}}}$" for p in all_places])
+        ax.set_xlabel("place of the digit (left: most significant)")
+        ax.set_ylabel("digit accuracy")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,461 @@
+"""del-eval: answer extraction and scoring on real GSM8K answers, metrics against hand-worked values, the
+teacher-forced digit metrics on a hand-built model, and the command end to end with a tiny local model."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import torch
+
+from axolotl_helpers import gsm8k_rows
+from del_plugin.evaluation import cli
+from del_plugin.evaluation.answers import extract_answer, find_numbers, format_decimal, is_correct
+from del_plugin.evaluation.data import read_eval_set
+from del_plugin.evaluation.metrics import digits_by_place, log_transform, numeric_metrics
+from del_plugin.evaluation.report import load_report
+from del_plugin.evaluation.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
+from fake_vocab import TOKEN_ID, V, VOCAB, encode
+
+D = Decimal
+
+
+# ---------------------------------------------------------------------------------------------- extraction
+
+
+@pytest.fixture(scope="module")
+def gsm8k_test():
+    return gsm8k_rows(None, "test")
+
+
+@pytest.fixture(scope="module")
+def gsm8k_train():
+    return gsm8k_rows(None, "train")
+
+
+def test_reference_of_every_gsm8k_answer_is_the_number_after_the_marker(gsm8k_test, gsm8k_train):
+    # oracle: plain string handling of the text after '####' (commas removed), independent of the regex
+    for row in gsm8k_test + gsm8k_train:
+        expected = D(row["answer"].rsplit("####", 1)[1].strip().replace(",", ""))
+        found = extract_answer(row["answer"])
+        assert found is not None and found.source == "marker"
+        assert found.value == expected, row["answer"][-80:]
+
+
+@pytest.mark.parametrize(
+    ("split", "index", "expected"),
+    [
+        ("test", 2, D("70000")),  # '...=$<<200000-130000=70000>>70,000\n#### 70000': dollars, thousands commas
+        ("test", 146, D("2125")),  # '#### 2,125'
+        ("test", 489, D("-10")),  # '#### -10'
+        ("test", 1113, D("-3")),
+        ("train", 5715, D("-7")),
+        ("train", 5844, D("-47")),
+    ],
+)
+def test_hand_checked_gsm8k_references(split, index, expected, gsm8k_test, gsm8k_train):
+    row = (gsm8k_test if split == "test" else gsm8k_train)[index]
+    assert extract_answer(row["answer"]).value == expected
+
+
+@pytest.mark.parametrize(
+    ("split", "index", "expected"),
+    [
+        # without '####' the last number counts; hand-read from the solutions
+        ("test", 0, D("18")),  # '...9 * 2 = $<<9*2=18>>18 every day at the farmer’s market.'
+        ("test", 2, D("70000")),  # '...200,000-130,000=$<<200000-130000=70000>>70,000'
+        ("test", 489, D("-10")),  # '...is -10 degrees Fahrenheit.'
+        ("test", 1113, D("-3")),  # 'It was -3 degrees Celsius in the morning.'
+        ("train", 1, D("10")),  # '...0.2 x 50 = $<<0.2*50=10>>10.'
+        ("train", 5844, D("-47")),  # 'The largest number is <<-47=-47>>-47.'
+    ],
+)
+def test_last_number_of_gsm8k_solutions_without_marker(split, index, expected, gsm8k_test, gsm8k_train):
+    row = (gsm8k_test if split == "test" else gsm8k_train)[index]
+    body = row["answer"].rsplit("####", 1)[0]
+    found = extract_answer(body)
+    assert found.source == "last" and found.value == expected
+
+
+@pytest.mark.parametrize(
+    ("split", "index", "line", "expected"),
+    [
+        ("train", 1, 0, D("0.2")),  # 'Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.'
+        ("train", 26, 0, D("0.4")),  # '... 2 liters * 20% = <<2*20*.01=.4>>.4 liters': a bare '.4'
+        ("train", 37, 1, D("4.80")),  # '... $1.20 x 4 = $<<1.20*4=4.80>>4.80.': the sentence's '.' is not a decimal
+        ("train", 5715, 0, D("-21")),  # '-14 + (-8) + 1 = <<-14+-8+1=-21>>-21 degrees Fahrenheit'
+    ],
+)
+def test_decimals_and_negatives_in_gsm8k_solution_lines(split, index, line, expected, gsm8k_train):
+    text = gsm8k_train[index]["answer"].split("\n")[line]
+    assert extract_answer(text).value == expected
+
+
+def test_numbers_in_a_gsm8k_line_with_fractions_subtraction_and_negatives(gsm8k_train):
+    # train 25: 'Out of the first 100 balls, Ralph was able to hit 2/5 of them and not able to hit 3/5 of them,
+    # 3/5 x 100 = 60 tennis balls Ralph didn't hit.'
+    values = [v for v, _ in find_numbers(gsm8k_train[25]["answer"].split("\n")[0])]
+    assert values == [D(100), D("0.4"), D("0.6"), D("0.6"), D(100), D(60)]
+    # '16 - 3 - 4' and '16-3' are subtractions, '-14 + (-8)' holds two negatives
+    assert [v for v, _ in find_numbers("16 - 3 - 4 = 9 and 16-3=13")] == [16, 3, 4, 9, 16, 3, 13]
+    assert [v for v, _ in find_numbers("-14 + (-8) + 1 = -21")] == [-14, -8, 1, -21]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "source"),
+    [
+        ("The answer is $70,000.", D("70000"), "marker"),
+        ("So he made a profit of $70,000. The answer is 70000", D("70000"), "marker"),
+        ("The answer is 12.5.", D("12.5"), "marker"),
+        ("the answer is: -10 degrees", D("-10"), "marker"),
+        ("The answer is \u22123", D("-3"), "marker"),  # Unicode minus
+        ("The answer is 3/4 of the cake", D("0.75"), "marker"),
+        ("The answer is 10 - 3 = 7", D(10), "marker"),  # the first number after the marker, as in the paper
+        ("The answer is below. We add 2 and 5 to get 7", D(2), "marker"),
+        ("We add 2 and 5 to get 7 apples.", D(7), "last"),
+        ("The answer is unknown", None, None),
+        ("#### 1,234,567", D(1234567), "marker"),
+        ("5% of 80 is 4", D(4), "last"),
+    ],
+)
+def test_extraction_rules(text, expected, source):
+    found = extract_answer(text)
+    if expected is None:
+        assert found is None
+    else:
+        assert (found.value, found.source) == (expected, source)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "reference", "correct"),
+    [
+        (D("18"), D("18"), True),
+        (D("17.5"), D("18"), True),  # rounds half away from zero to 18
+        (D("17.49"), D("18"), False),
+        (D("18.4"), D("18"), True),
+        (D("-2.5"), D("-3"), True),  # away from zero: -3
+        (D("-2.5"), D("-2"), False),
+        (D("70000"), D("70000"), True),
+        (D("13.0"), D("12.5"), True),  # |0.5| = 4% of 12.5: inside
+        (D("12.0"), D("12.5"), True),
+        (D("13.01"), D("12.5"), False),
+        (D("0.26"), D("0.25"), True),
+        (D("0.2601"), D("0.25"), False),
+        (D("-0.25"), D("0.25"), False),
+        (None, D("18"), False),
+    ],
+)
+def test_scoring(prediction, reference, correct):
+    assert is_correct(prediction, reference) is correct
+
+
+def test_scoring_accepts_floats_and_ints():
+    assert is_correct(17.6, 18) and not is_correct(1.0, 1.5)
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+
+def test_log_transform():
+    assert log_transform(0.0) == 0.0
+    assert log_transform(math.e - 1) == pytest.approx(1.0)
+    assert log_transform(-(math.e**2 - 1)) == pytest.approx(-2.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "places"),
+    [
+        (D("1038.5"), {3: 1, 2: 0, 1: 3, 0: 8, -1: 5}),
+        (D("12.50"), {1: 1, 0: 2, -1: 5}),  # trailing zero dropped
+        (D("0.05"), {0: 0, -1: 0, -2: 5}),
+        (D("1E+3"), {3: 1, 2: 0, 1: 0, 0: 0}),
+        (D("-7"), {0: 7}),
+    ],
+)
+def test_digits_by_place(value, places):
+    assert digits_by_place(value) == places
+
+
+def test_numeric_metrics_against_hand_worked_values():
+    pairs = [
+        (D("1038"), D("1038")),  # right
+        (D("938"), D("1038")),  # wrong, |error| 100
+        (None, D("12.5")),  # no number
+        (D("12.9"), D("12.5")),  # right (within 4%), |error| 0.4
+    ]
+    m = numeric_metrics(pairs)
+    assert (m["n"], m["answered"], m["correct"]) == (4, 3, 2)
+    assert m["accuracy"] == 0.5 and m["answered_rate"] == 0.75
+    assert m["mae"] == pytest.approx((0 + 100 + 0.4) / 3)
+    assert m["log_mae"] == pytest.approx((0 + math.log(1039 / 939) + math.log(13.9 / 13.5)) / 3)
+    # reference digits: 1038 (x2) and 12.5 (x2); 938 misses 10^3 and 10^2, 12.9 misses 10^-1, None misses all
+    expected = {"3": (2, 1), "2": (2, 1), "1": (4, 3), "0": (4, 3), "-1": (2, 0)}
+    got = {p: (v["n"], v["correct"]) for p, v in m["place_accuracy"].items()}
+    assert got == expected
+    assert list(m["place_accuracy"]) == ["3", "2", "1", "0", "-1"]
+
+
+def test_numeric_metrics_of_nothing_and_of_runaway_numbers():
+    empty = numeric_metrics([])
+    assert empty["accuracy"] is None and empty["mae"] is None
+    runaway = numeric_metrics([(D("9" * 400), D("5"))])
+    assert math.isfinite(runaway["mae"]) and runaway["log_mae"] == pytest.approx(
+        math.log(1.7976931348623157e308) - math.log(6), rel=1e-6)
+
+
+def test_format_decimal():
+    assert format_decimal(D("12.50")) == "12.5"
+    assert format_decimal(D("1E+3")) == "1000"
+    assert format_decimal(D(2) / D(3)) == "0.666667"
+    assert format_decimal(D("-0.0")) == "0"
+
+
+# ---------------------------------------------------------------------------------------------- teacher forcing
+
+
+class NextTokenOracle(torch.nn.Module):
+    """Reads the next input token and puts logit ln 9 on it (ln 9 on the next digit + 1 after a '.'), 0 elsewhere.
+
+    On a digit target the ten-digit distribution is then 1/2 on one digit and 1/18 on each other one: entropy
+    0.5 ln 2 + 0.5 ln 18 = ln 6 exactly."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask=None):
+        batch, length = input_ids.shape
+        logits = torch.zeros(batch, length, V)
+        for b in range(batch):
+            for t in range(length - 1):
+                target = int(input_ids[b, t + 1])
+                if int(input_ids[b, t]) == TOKEN_ID["."] and target in VOCAB.family_token_ids[0]:
+                    target = VOCAB.family_token_ids[0][(VOCAB.family_token_ids[0].index(target) + 1) % 10]
+                logits[b, t, target] = math.log(9)
+        return type("Out", (), {"logits": logits})()
+
+
+def test_teacher_forced_digit_metrics_on_a_hand_built_model():
+    # prompts hold digits that must not count; solutions have 3 + 4 digits; the batch is right-padded
+    sequences = [
+        (encode("q 7 = answer is 12.5").tolist(), 6),  # targets '12.5' -> 1 (10^1), 2 (10^0), 5 (10^-1)
+        (encode("q 88 = 3041").tolist(), 7),  # targets 3 0 4 1 at 10^3 .. 10^0
+    ]
+    batches = list(teacher_forced_batches(NextTokenOracle(), sequences, VOCAB, batch_size=2,
+                                          pad_id=TOKEN_ID[" "]))
+    assert len(batches) == 1
+    indices, per_sequence, stats = batches[0]
+    assert indices == [0, 1]
+    result = stats.as_dict()
+    assert result["digits"] == 7
+    assert result["correct"] == 6  # all but the decimal, where the oracle prefers the next digit
+    assert result["mean_entropy"] == pytest.approx(math.log(6), abs=1e-5)
+    bin_of_ln6 = int(math.log(6) / (math.log(10) / 20))  # 15
+    assert result["entropy_histogram"]["counts"] == [7 if k == bin_of_ln6 else 0 for k in range(20)]
+    assert result["entropy_histogram"]["edges"] == ENTROPY_EDGES
+    by_place = {p: (v["n"], v["correct"]) for p, v in result["places"].items()}
+    assert by_place == {"3": (1, 1), "2": (1, 1), "1": (2, 2), "0": (2, 2), "-1": (1, 0)}
+    assert [(n, c) for n, c, _ in per_sequence] == [(3, 2), (4, 4)]
+    assert per_sequence[0][2] == pytest.approx(3 * math.log(6), abs=1e-5)
+
+
+def test_teacher_forced_stats_merge_and_empty():
+    empty = TeacherForcedStats().as_dict()
+    assert empty["digits"] == 0 and empty["mean_entropy"] is None and empty["digit_accuracy"] is None
+    a, b = TeacherForcedStats(), TeacherForcedStats()
+    a.add_positions(torch.tensor([0.0, 2.3]), torch.tensor([True, False]), torch.tensor([0, 1]))
+    b.add_positions(torch.tensor([1.0]), torch.tensor([True]), torch.tensor([0]))
+    a.merge(b)
+    merged = a.as_dict()
+    assert merged["digits"] == 3 and merged["correct"] == 2
+    assert merged["mean_entropy"] == pytest.approx(3.3 / 3)
+    assert merged["places"]["0"] == {"n": 2, "correct": 2, "accuracy": 1.0, "mean_entropy": 0.5}
+    assert merged["entropy_histogram"]["counts"][0] == 1 and merged["entropy_histogram"]["counts"][-1] == 1
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+def test_bad_lines_are_reported_with_file_and_line(tmp_path, gsm8k_test):
+    path = tmp_path / "mixed.jsonl"
+    lines = [
+        json.dumps(gsm8k_test[0]),
+        "{not json",
+        "",
+        json.dumps({"question": "How many?"}),
+        json.dumps({"question": "How many?", "answer": "none at all"}),
+        json.dumps({"question": "How many?", "answer": "work\n#### "}),
+        json.dumps(["a list"]),
+        json.dumps({"question": "What is 2.5 * 2?", "answer": 5.0}),
+        json.dumps({"question": "What is 1000 + 234?", "answer": "The answer is 1,234"}),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    eval_set = read_eval_set(path)
+    assert [(e.line, e.reference, e.format) for e in eval_set.examples] == [
+        (1, D(18), "gsm8k"), (8, D("5.0"), "numeric"), (9, D(1234), "numeric")]
+    assert eval_set.examples[1].solution == "5.0"
+    reasons = {issue.line: issue.reason for issue in eval_set.issues}
+    assert sorted(reasons) == [2, 4, 5, 6, 7]
+    assert "not valid JSON" in reasons[2] and "missing key(s) answer" in reasons[4]
+    assert "no number in `answer`" in reasons[5] and "no number after '####'" in reasons[6]
+    assert str(eval_set.issues[0]) == f"{path}:2: {reasons[2]}"
+    assert len(read_eval_set(path, limit=2).examples) == 2
+
+
+def test_missing_file_is_an_error_before_any_model_is_loaded(tmp_path, capsys):
+    code = cli.main(["run", "--model", str(tmp_path / "no-model"), "--data", str(tmp_path / "nope.jsonl"),
+                     "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert "nope.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_load_report_refuses_other_json(tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"schema": "something else"}))
+    with pytest.raises(ValueError, match="not a del-eval report"):
+        load_report(other)
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def digit_model(tmp_path_factory):
+    """The tiny random Llama, rewired so that it writes only the digits 1 and 2: the final norm keeps one hidden
+    unit and the LM head maps its sign to '1' or '2'. Its answers are numbers, wrong ones mostly."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from del_plugin.assets import tiny_model_dir
+
+    source = tiny_model_dir("llama-spm")
+    model = AutoModelForCausalLM.from_pretrained(str(source))
+    tokenizer = AutoTokenizer.from_pretrained(str(source))
+    one, two = tokenizer.convert_tokens_to_ids(["1", "2"])
+    with torch.no_grad():
+        model.model.norm.weight.zero_()
+        model.model.norm.weight[0] = 1.0
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[one, 0] = 10.0
+        model.lm_head.weight[two, 0] = -10.0
+    out = tmp_path_factory.mktemp("digit-model")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def eval_file(tmp_path_factory, gsm8k_test):
+    path = tmp_path_factory.mktemp("data") / "gsm8k_few.jsonl"
+    rows = [json.dumps(r) for r in gsm8k_test[:4]]
+    rows.insert(2, '{"question": "broken"')  # line 3
+    rows.append(json.dumps({"question": "What is 12.5 + 10?", "answer": "The answer is 22.5"}))
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _saved_generations(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+
+
+def test_del_eval_end_to_end_report_is_consistent_with_its_generations(digit_model, eval_file, tmp_path):
+    out = tmp_path / "report"
+    code = cli.main(["run", "--model", str(digit_model), "--data", str(eval_file), "--out", str(out),
+                     "--max-new-tokens", "6", "--batch-size", "2", "--name", "tiny"])
+    assert code == 0
+    report = load_report(out)
+    assert report["schema"] == "del-eval/1" and report["status"] == "complete" and report["error"] is None
+    assert report["model"]["prompt_format"] == "alpaca"  # the tiny model's tokenizer has no chat template
+    assert report["model"]["dtype"] == "float32" and report["model"]["device"] == "cpu"
+    assert set(report["files"]["plots"]) == {"entropy_histogram.png", "place_accuracy.png"}
+    for name in report["files"]["plots"] + ["report.md"]:
+        assert (out / name).stat().st_size > 0
+    assert (out / "entropy_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (entry,) = report["datasets"]
+    assert (entry["lines_read"], entry["evaluated"], entry["skipped"]) == (6, 5, 1)
+    assert entry["issues"] == [{"file": str(eval_file), "line": 3, "reason": entry["issues"][0]["reason"]}]
+    assert entry["formats"] == ["gsm8k", "numeric"]
+
+    saved = _saved_generations(out)
+    assert sorted(r["line"] for r in saved) == [1, 2, 4, 5, 6]
+    for r in saved:
+        assert set(r["generation"]) <= set("12 ")  # the rewired model writes digits only
+        found = extract_answer(r["generation"])
+        assert r["prediction"] == (None if found is None else format_decimal(found.value))
+        assert r["correct"] == is_correct(found.value if found else None, D(r["reference"]))
+        assert 1 <= r["new_tokens"] <= 6
+    # the numbers of the report, recomputed from the saved generations
+    recomputed = numeric_metrics(
+        (None if r["prediction"] is None else D(r["prediction"]), D(r["reference"])) for r in saved)
+    generation = entry["generation"]
+    assert generation["answered"] == recomputed["answered"] >= 1
+    for key in ("n", "correct", "accuracy", "place_accuracy"):
+        assert generation[key] == recomputed[key], key
+    assert generation["mae"] == pytest.approx(recomputed["mae"])
+    assert generation["log_mae"] == pytest.approx(recomputed["log_mae"])
+    assert report["overall"]["generation"]["accuracy"] == generation["accuracy"]
+    tf = entry["teacher_forced"]
+    assert tf["digits"] == sum(r["tf_digits"] for r in saved) > 0
+    assert tf["correct"] == sum(r["tf_digits_correct"] for r in saved)
+    assert tf["mean_entropy"] == pytest.approx(sum(r["tf_entropy_sum"] for r in saved) / tf["digits"])
+    assert sum(tf["entropy_histogram"]["counts"]) == tf["digits"]
+    assert sum(p["n"] for p in tf["places"].values()) == tf["digits"]
+    assert 0.0 <= tf["mean_entropy"] <= math.log(10) + 1e-6
+
+    # two reports side by side
+    twin = tmp_path / "twin"
+    shutil.copytree(out, twin)
+    table = tmp_path / "side-by-side"
+    assert cli.main(["compare", str(out), str(twin / "report.json"), "--out", str(table),
+                     "--labels", "first", "second"]) == 0
+    markdown = (table / "comparison.md").read_text()
+    assert "| first |" in markdown and "| second |" in markdown
+    assert (table / "place_accuracy.png").exists() and (table / "entropy_histogram.png").exists()
+    assert json.loads((table / "comparison.json").read_text())["models"][1]["label"] == "second"
+
+
+@pytest.mark.parametrize("stop", ["error", "sigterm"])
+def test_a_run_stopped_half_way_keeps_its_results(stop, digit_model, eval_file, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from del_plugin.evaluation import generation as generation_module
+    from del_plugin.evaluation.cli import stop_cleanly_on_sigterm
+    from del_plugin.evaluation.runner import EvalSettings, evaluate
+
+    real = generation_module.generate_greedy
+    out = tmp_path / "partial"
+    on_disk_after_first_batch = []
+
+    def first_batch_then_stop(*args, **kwargs):
+        batches = real(*args, **kwargs)
+        yield next(batches)
+        # what a hard kill (SIGKILL, no clean-up at all) would leave at this point
+        on_disk = json.loads((out / "report.json").read_text())
+        on_disk_after_first_batch.append((on_disk["status"], on_disk["datasets"][0]["generation"]["n"]))
+        if stop == "error":
+            raise RuntimeError("simulated out-of-memory")
+        os.kill(os.getpid(), signal.SIGTERM)  # as `kill` or a job scheduler would
+        yield next(batches)
+
+    monkeypatch.setattr(generation_module, "generate_greedy", first_batch_then_stop)
+    previous = stop_cleanly_on_sigterm() if stop == "sigterm" else None
+    try:
+        with pytest.raises(RuntimeError if stop == "error" else SystemExit):
+            evaluate(digit_model, [eval_file], out, settings=EvalSettings(batch_size=2, max_new_tokens=3))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    assert on_disk_after_first_batch == [("running", 2)]
+    report = load_report(out)
+    assert report["status"] == "partial"
+    assert report["error"] == ("RuntimeError: simulated out-of-memory" if stop == "error" else "SystemExit: 143")
+    saved = _saved_generations(out)
+    assert len(saved) == 2
+    assert report["datasets"][0]["generation"]["n"] == 2
+    assert report["datasets"][0]["teacher_forced"]["digits"] > 0  # the phase before the stop is kept whole
+    assert "Status: partial" in (out / "report.md").read_text()

@@ -7,6 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from del_plugin import cpu
+from del_plugin.cpu import CPU_KEYS
+
 GSM8K_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
 
 os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
@@ -49,28 +52,18 @@ def cpu_config(tmp_path: Path, model_dir: Path | str, dataset: Path | str, **ove
         "gradient_accumulation_steps": 2,
         "max_steps": 4,
         "learning_rate": 1e-3,
-        "optimizer": "adamw_torch",
         "lr_scheduler": "constant",
         "adapter": "lora",
         "lora_r": 8,
         "lora_alpha": 16,
         "lora_dropout": 0.0,
         "lora_target_linear": True,
-        "bf16": False,
-        "fp16": False,
-        "tf32": False,
-        "attn_implementation": "sdpa",
-        "lora_mlp_kernel": False,
-        "lora_qkv_kernel": False,
-        "lora_o_kernel": False,
-        "lora_embedding_kernel": False,
+        **CPU_KEYS,
         "output_dir": str(tmp_path / "out"),
         "dataset_prepared_path": str(tmp_path / "prepared"),
         "save_strategy": "no",
         "logging_steps": 1,
         "seed": 42,
-        "dataloader_num_workers": 0,
-        "dataset_num_proc": 1,
         "plugins": ["del_plugin.DELPlugin"],
         "del_alpha": 0.3,
     }
@@ -88,13 +81,7 @@ def load_config(cfg: dict):
 
 def run_axolotl(cfg: dict):
     """``load_cfg`` -> ``load_datasets`` -> ``train``; returns the trainer (``trainer.state.log_history``)."""
-    from axolotl.common.datasets import load_datasets
-    from axolotl.train import train
-
-    loaded = load_config(cfg)
-    meta = load_datasets(cfg=loaded)
-    _, _, trainer = train(cfg=loaded, dataset_meta=meta)
-    return trainer
+    return cpu.run_axolotl(cfg)
 
 
 def train_logs(trainer) -> list[dict]:

@@ -20,6 +20,8 @@ import pytest
 import yaml
 from axolotl_helpers import gsm8k_rows, run_axolotl, train_logs, write_alpaca_jsonl
 
+from del_plugin.cpu import CPU_KEYS
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 GPU_CHECK = REPO / "scripts" / "gpu_check.py"
@@ -88,21 +90,9 @@ CAPABILITIES = {
 # Everything a CPU run changes in the user's YAML besides the model and the data (see `cpu_run_config`).
 # None unsets a key.
 CPU_OVERRIDES = {
-    # GPU-only features and their CPU stand-ins
-    "bf16": False,  # no bf16 autocast here
-    "fp16": False,
-    "tf32": False,  # TF32 matmuls are an Ampere+ CUDA feature
-    "attn_implementation": "sdpa",  # flash-attention 2 is CUDA-only; sdpa packs rows with a block-diagonal mask
-    "optimizer": "adamw_torch",  # paged 8-bit AdamW pages through CUDA memory; the fused AdamW is the same maths
-    "lora_mlp_kernel": False,  # Axolotl's fused LoRA kernels are Triton (GPU) kernels
-    "lora_qkv_kernel": False,
-    "lora_o_kernel": False,
-    "lora_embedding_kernel": False,
+    **CPU_KEYS,  # GPU-only features and their CPU stand-ins (del_plugin/cpu.py says why each)
     "fsdp_config": None,  # one process, no sharding
     "fsdp_version": None,
-    "dataloader_pin_memory": False,  # pinning needs CUDA
-    "dataloader_num_workers": 0,  # workers would re-import the test module under spawn
-    "dataset_num_proc": 1,  # likewise for the tokenisation pool
     # a short run: two optimizer steps of two micro-batches of up to 256 tokens, nothing saved
     "sequence_len": 256,
     "micro_batch_size": 2,

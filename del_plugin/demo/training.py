@@ -10,6 +10,8 @@ from pathlib import Path
 
 from axolotl.utils.logging import get_logger
 
+from ..cpu import CPU_KEYS, run_axolotl
+
 LOG = get_logger(__name__)
 
 __all__ = ["TrainSettings", "axolotl_config", "train_lora"]
@@ -51,7 +53,6 @@ def axolotl_config(model_dir: Path, train_file: Path, run_dir: Path, del_alpha: 
         "num_epochs": 1,
         "max_steps": settings.steps,
         "learning_rate": settings.learning_rate,
-        "optimizer": "adamw_torch",
         "lr_scheduler": "cosine",
         "warmup_steps": settings.warmup_steps,
         "adapter": "lora",
@@ -59,21 +60,12 @@ def axolotl_config(model_dir: Path, train_file: Path, run_dir: Path, del_alpha: 
         "lora_alpha": settings.lora_alpha,
         "lora_dropout": 0.0,
         "lora_target_linear": True,
-        "bf16": False,
-        "fp16": False,
-        "tf32": False,
-        "attn_implementation": "sdpa",
-        "lora_mlp_kernel": False,
-        "lora_qkv_kernel": False,
-        "lora_o_kernel": False,
-        "lora_embedding_kernel": False,
+        **CPU_KEYS,
         "output_dir": str(run_dir / "adapter"),
         "dataset_prepared_path": str(run_dir / "prepared"),
         "save_strategy": "no",
         "logging_steps": settings.logging_steps,
         "seed": settings.seed,
-        "dataloader_num_workers": 0,
-        "dataset_num_proc": 1,
         "plugins": ["del_plugin.DELPlugin"],
         "del_alpha": del_alpha,
     }
@@ -82,21 +74,14 @@ def axolotl_config(model_dir: Path, train_file: Path, run_dir: Path, del_alpha: 
 def train_lora(config: dict, run_dir: Path) -> tuple[Path, list[dict]]:
     """``load_cfg`` -> ``load_datasets`` -> ``train`` in this process; returns the adapter folder and the trainer's
     log history (also saved as run_dir/train_log.json and the config as run_dir/config.json)."""
-    from axolotl.cli.config import load_cfg
-    from axolotl.common.datasets import load_datasets
-    from axolotl.train import train
-    from axolotl.utils.dict import DictDefault
-
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    cfg = load_cfg(DictDefault(config))
-    meta = load_datasets(cfg=cfg)
-    model, _, trainer = train(cfg=cfg, dataset_meta=meta)
+    trainer = run_axolotl(config)
     history = list(trainer.state.log_history)
     (run_dir / "train_log.json").write_text(json.dumps(history, indent=2) + "\n")
     adapter = Path(config["output_dir"])
     if not (adapter / "adapter_config.json").is_file():
         raise RuntimeError(f"Axolotl finished but saved no adapter in {adapter}")
-    del model, trainer
+    del trainer
     gc.collect()
     return adapter, history

@@ -1,0 +1,34 @@
+"""Axolotl on a CPU: the keys that stand in for GPU-only features, and an in-process run.
+
+Used by the demo, the tests and the benchmarks, so that every CPU run here is configured the same way.
+"""
+
+from __future__ import annotations
+
+CPU_KEYS: dict = {
+    "bf16": False,  # no bf16/fp16 autocast on this path
+    "fp16": False,
+    "tf32": False,  # TF32 matmuls are an Ampere+ CUDA feature
+    "attn_implementation": "sdpa",  # flash-attention 2 is CUDA-only; sdpa packs rows with a block-diagonal mask
+    "optimizer": "adamw_torch",  # paged 8-bit AdamW pages through CUDA memory; plain AdamW is the same maths
+    "lora_mlp_kernel": False,  # Axolotl's fused LoRA kernels are Triton (GPU) kernels
+    "lora_qkv_kernel": False,
+    "lora_o_kernel": False,
+    "lora_embedding_kernel": False,
+    "dataloader_pin_memory": False,  # pinning needs CUDA
+    "dataloader_num_workers": 0,  # workers would re-import the caller's __main__ under spawn
+    "dataset_num_proc": 1,  # datasets saves with a spawn pool otherwise, which re-imports __main__ too
+}
+
+
+def run_axolotl(config: dict):
+    """``load_cfg`` -> ``load_datasets`` -> ``train`` in this process, as ``axolotl train`` does; returns the
+    trainer (``trainer.state.log_history``, ``trainer.model``). Raises on a bad config before loading anything."""
+    from axolotl.cli.config import load_cfg
+    from axolotl.common.datasets import load_datasets
+    from axolotl.train import train
+    from axolotl.utils.dict import DictDefault
+
+    cfg = load_cfg(DictDefault(config))
+    _, _, trainer = train(cfg=cfg, dataset_meta=load_datasets(cfg=cfg))
+    return trainer

@@ -154,7 +154,9 @@ class DELTrainer(AxolotlTrainer):
         alpha = self.del_settings.digit_alpha
         training = model.training
         with torch.set_grad_enabled(torch.is_grad_enabled() and alpha > 0):
-            targets = gather_digit_targets(logits, aligned, self.del_vocab)
+            # cross-entropy always backpropagates through the same logits, so the digit gradient can be added
+            # into its gradient in place (see core/digits.py)
+            targets = gather_digit_targets(logits, aligned, self.del_vocab, gradient="in_place")
             l_sum = self._del_digit_terms(targets, places.to(logits.device)).sum()
         if training and self._del_step_digits is not None:
             world = self.accelerator.num_processes

@@ -123,23 +123,52 @@ def test_gradcheck_float64():
     assert torch.allclose(g32.to_dense().double(), g64, atol=1e-5)
 
 
-def test_sparse_gradient_accumulates_into_cross_entropy_gradient():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_gradient_path_gives_the_dense_gradient(dtype):
+    # CE and DEL on the same logits of a linear head, as in training; float32 logits reach CE as a view (the
+    # case where autograd cannot add in place), bfloat16 ones through a float copy
     torch.manual_seed(2)
-    labels = encode("it is 42.5 now")[None]
+    labels = encode("it is 42.5 now, not 7")[None]
     places = number_places(labels, VOCAB)
-    hidden = torch.randn(1, labels.shape[1], 8, requires_grad=True)
-    head = torch.nn.Linear(8, V)
-    for sparse in (True, False):
-        hidden.grad = None
-        head.zero_grad()
-        logits = head(hidden)
+    grads = {}
+    for path in ("dense", "sparse", "in_place"):
+        torch.manual_seed(0)  # the same hidden states and head for every path
+        hidden = torch.randn(1, labels.shape[1], 8, requires_grad=True)
+        head = torch.nn.Linear(8, V).to(dtype)
+        logits = head(hidden.to(dtype))
         ce = F.cross_entropy(logits.float().view(-1, V), labels.view(-1), ignore_index=-100)
-        total = ce + digit_entropy_loss(logits, labels, places, VOCAB, alpha=0.3, sparse_grad=sparse)
+        targets = gather_digit_targets(logits, labels, VOCAB, gradient=path)
+        from del_plugin.core import del_token_losses, place_weights
+
+        total = ce + 0.3 * del_token_losses(targets, place_weights(places)).sum()
         total.backward()
-        if sparse:
-            g_sparse = (hidden.grad.clone(), head.weight.grad.clone())
-    assert torch.allclose(g_sparse[0], hidden.grad, atol=1e-6)
-    assert torch.allclose(g_sparse[1], head.weight.grad, atol=1e-6)
+        grads[path] = (hidden.grad.clone(), head.weight.grad.clone())
+    tol = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-2, rtol=1e-2)
+    for path in ("sparse", "in_place"):
+        torch.testing.assert_close(grads[path][0], grads["dense"][0], **tol)
+        torch.testing.assert_close(grads[path][1], grads["dense"][1], **tol)
+    # and the DEL term really moved the gradient (the test would pass trivially otherwise)
+    assert not torch.allclose(grads["dense"][1], torch.zeros_like(grads["dense"][1]))
+
+
+def test_in_place_path_adds_exactly_the_digit_gradient():
+    torch.manual_seed(4)
+    labels = encode("3.14 and 27")[None]
+    places = number_places(labels, VOCAB)
+    logits = torch.randn(*labels.shape, V, requires_grad=True)
+    from del_plugin.core import del_token_losses, place_weights
+
+    def digit_term(path):
+        return del_token_losses(gather_digit_targets(logits, labels, VOCAB, gradient=path), place_weights(places)).sum()
+
+    ce = lambda: F.cross_entropy(logits.view(-1, V), labels.view(-1))  # noqa: E731
+    (g_ce,) = torch.autograd.grad(ce(), logits)
+    (g_dense,) = torch.autograd.grad(ce() + digit_term("dense"), logits)
+    (g_in_place,) = torch.autograd.grad(ce() + digit_term("in_place"), logits)
+    torch.testing.assert_close(g_in_place, g_dense)
+    assert not torch.allclose(g_in_place, g_ce)
+    with pytest.raises(ValueError, match="gradient must be"):
+        gather_digit_targets(logits, labels, VOCAB, gradient="fast")
 
 
 def test_no_digit_gives_zero_not_nan():

@@ -24,7 +24,7 @@ from .criteria import (
     ntl_was_token_losses,
     token_nll,
 )
-from .digits import DigitTargets, digit_correct, digit_entropy, gather_digit_targets
+from .digits import DigitTargets, GradientPath, digit_correct, digit_entropy, gather_digit_targets
 from .losses import Reduction, del_token_losses, digit_entropy_loss, reduce_token_losses
 from .places import (
     NOT_A_DIGIT,
@@ -65,6 +65,7 @@ __all__ = [
     "DigitTargets",
     "DigitVocab",
     "DigitVocabError",
+    "GradientPath",
     "MultiDigitTokenizerError",
     "NoDigitTokensError",
     "PlaceWeighting",

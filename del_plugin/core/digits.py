@@ -4,20 +4,30 @@ Every digit criterion works on the ``[..., 10]`` slice that :func:`gather_digit_
 taken at *every* position (ten logits per position is 10/V of the logits) rather than at the digit positions
 only, because selecting those would need their count on the host, a device synchronisation per batch.
 
-Its backward returns a sparse gradient, ten entries per position, which autograd adds in place into the dense
-gradient that cross-entropy produces for the same logits. A plain ``gather`` would allocate a second zero
-gradient as large as the logits (``[B, T, V]``) in the backward pass.
+A plain ``gather`` would allocate a second zero gradient as large as the logits (``[B, T, V]``) in the backward
+pass. Two ways avoid it:
+
+* ``sparse`` (the default): the backward returns a sparse gradient, ten entries per position, which autograd adds
+  into the dense gradient of any other loss on the same logits, or passes on alone.
+* ``in_place``: the backward hands its ``[..., 10]`` gradient to a hook on the logits, which scatter-adds it into
+  their summed gradient once every other contribution (cross-entropy's) has arrived. With float32 logits the
+  cross-entropy gradient reaches them as a view, which autograd never accumulates into in place, so the sparse
+  path then costs an out-of-place logits-sized add; this one costs ten writes per position. It needs another
+  loss on the same logits in the same backward pass (the hook runs only when some gradient reaches them), which
+  is always the case in the trainer (cross-entropy and DEL on the model's logits).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 
 from .vocab import DigitVocab
 
-__all__ = ["DigitTargets", "gather_digit_targets", "digit_entropy", "digit_correct"]
+__all__ = ["DigitTargets", "GradientPath", "gather_digit_targets", "digit_entropy", "digit_correct"]
+
+GradientPath = Literal["sparse", "in_place", "dense"]
 
 
 class DigitTargets(NamedTuple):
@@ -61,27 +71,70 @@ class _SparseGradGather(torch.autograd.Function):
         return sparse, None
 
 
+class _HookedGather(torch.autograd.Function):
+    """``logits.gather(-1, index)`` whose backward leaves its gradient in ``pending`` for the logits' hook."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, index: torch.Tensor, pending: list) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(index)
+        ctx.pending = pending
+        return logits.gather(-1, index)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        (index,) = ctx.saved_tensors
+        ctx.pending.append((index, grad))
+        return None, None, None
+
+
+def _gather_into_logits_gradient(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def add_digit_gradient(grad: torch.Tensor) -> torch.Tensor:
+        # runs after autograd has summed every other gradient of the logits, before it is passed on
+        if not grad.is_contiguous():
+            grad = grad.contiguous()
+        while pending:
+            idx, g = pending.pop()
+            grad.scatter_add_(-1, idx, g.to(grad.dtype))
+        return grad
+
+    logits.register_hook(add_digit_gradient)
+    return _HookedGather.apply(logits, index, pending)
+
+
 def gather_digit_targets(
-    logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab, *, sparse_grad: bool = True
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    vocab: DigitVocab,
+    *,
+    sparse_grad: bool = True,
+    gradient: GradientPath | None = None,
 ) -> DigitTargets:
     """Take the digit slice of ``logits`` (``[..., V]``) at the targets ``labels`` (``[...]``), aligned.
 
-    ``sparse_grad=True`` (the default) makes the backward pass return a sparse gradient for ``logits``; this is
-    what keeps DEL's memory cost near zero when it is added to cross-entropy on the same logits. Pass False
-    when the slice is the *only* use of ``logits`` and the code upstream cannot take a sparse gradient.
+    ``gradient`` picks how the backward pass reaches ``logits`` (module docstring): ``"sparse"`` (default),
+    ``"in_place"`` (only with another loss on the same logits), or ``"dense"`` (a plain gather, for code upstream
+    that cannot take a sparse gradient). ``sparse_grad=False`` is the same as ``gradient="dense"``.
     """
     if logits.shape[:-1] != labels.shape:
         raise ValueError(
             f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} are not aligned: "
             "logits[..., t, :] must predict labels[..., t] (shift them before calling)"
         )
+    if gradient is None:
+        gradient = "sparse" if sparse_grad else "dense"
+    if gradient not in ("sparse", "in_place", "dense"):
+        raise ValueError(f"gradient must be 'sparse', 'in_place' or 'dense', got {gradient!r}")
     digit, family = vocab.classify(labels)
     mask = digit >= 0
     index = vocab.family_ids(logits.device)[family.clamp(min=0)]
-    if sparse_grad and logits.requires_grad and torch.is_grad_enabled():
+    if not (logits.requires_grad and torch.is_grad_enabled()) or gradient == "dense":
+        z = logits.gather(-1, index)
+    elif gradient == "sparse":
         z = _SparseGradGather.apply(logits, index)
     else:
-        z = logits.gather(-1, index)
+        z = _gather_into_logits_gradient(logits, index)
     # at least float32 (half-precision logits are upcast on the slice only); float64 stays float64
     return DigitTargets(z.to(torch.promote_types(z.dtype, torch.float32)), digit.clamp(min=0), mask)
 

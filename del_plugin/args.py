@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from axolotl.utils.logging import get_logger
 from pydantic import BaseModel, Field, model_validator
 
-from .core.criteria import TOKEN_CRITERIA
+from .core.criteria import TOKEN_CRITERIA, Criterion
 
 LOG = get_logger(__name__)
 
@@ -50,7 +50,7 @@ class DELArgs(BaseModel):
         gt=0.0,
         json_schema_extra={"description": "Base of the decimal-place weight u = base**(i-1) (paper: 1.02)."},
     )
-    del_criterion: Literal["mle", "mixce", "emo", "ntl_was", "ntl_mse", "dist2", "del", "del_dist"] = Field(
+    del_criterion: Criterion = Field(
         default="del",
         json_schema_extra={
             "description": "Training criterion (the DEL paper's ablation, see docs/criteria.md). Digit criteria "

@@ -33,9 +33,6 @@ from .core import (
 
 LOG = get_logger(__name__)
 
-# Sums kept on the device between logs (no host synchronisation per step).
-_TRAIN_SUMS = ("ce", "del", "l_num", "digits", "entropy", "correct")
-
 
 @dataclass(frozen=True)
 class DELSettings:

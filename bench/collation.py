@@ -1,0 +1,212 @@
+"""Collation benchmark: Axolotl's host collators alone and wrapped by NumberSpanCollator, on GSM8K.
+
+GSM8K problems (``../shared/data/gsm8k/train.jsonl`` beside the repository) are tokenised with a real tokenizer
+(Llama-2's SentencePiece, ``llama-spm``) in the Alpaca format Axolotl's ``type: alpaca`` uses, the prompt masked
+with -100 in the labels. Two collators, as Axolotl configures them:
+
+* padded: ``DataCollatorForSeq2Seq`` (``pad_to_multiple_of=64``), micro-batches of 8 samples;
+* packed: ``V2BatchSamplerDataCollatorForSeq2Seq`` (``pad_to_multiple_of=sequence_len``), micro-batches of 2
+  packs of up to 2,048 tokens, samples packed first-fit as the multipack sampler does.
+
+Every batch is collated by the plain and the wrapped collator back to back (the order alternating), from its own
+fresh copy of the features (Axolotl's collator pads the feature lists in place), over several passes. One torch
+thread, as in a DataLoader worker. Overhead = total time wrapped / total time plain - 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import benchlib  # noqa: E402
+
+GSM8K_DIR = benchlib.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
+ALPACA_PROMPT = (
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
+    "### Instruction:\n{instruction}\n\n### Response:\n"
+)
+
+
+def gsm8k_rows(n: int, path: Path) -> list[dict]:
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: the collation bench reads GSM8K from shared/data/gsm8k beside the repository; "
+            "pass --data /path/to/train.jsonl"
+        )
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            rows.append(json.loads(line))
+            if len(rows) >= n:
+                break
+    return rows
+
+
+def tokenize(rows: list[dict], tokenizer, max_len: int) -> list[dict]:
+    """Alpaca prompt (masked) + answer + EOS, as features with input_ids, attention_mask, labels, position_ids."""
+    features = []
+    for row in rows:
+        prompt = tokenizer(ALPACA_PROMPT.format(instruction=row["question"]), add_special_tokens=False)["input_ids"]
+        answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        ids = ([tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []) + prompt + answer
+        ids = ids[:max_len]
+        labels = ([-100] * (len(ids) - len(answer)) + answer)[:max_len]
+        features.append({"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels,
+                         "position_ids": list(range(len(ids)))})
+    return features
+
+
+def pack(features: list[dict], capacity: int) -> list[list[dict]]:
+    """First-fit packing into bins of ``capacity`` tokens (what Axolotl's multipack sampler produces)."""
+    bins: list[list[dict]] = []
+    room: list[int] = []
+    for feature in sorted(features, key=lambda f: -len(f["input_ids"])):
+        n = len(feature["input_ids"])
+        for i, free in enumerate(room):
+            if n <= free:
+                bins[i].append(feature)
+                room[i] -= n
+                break
+        else:
+            bins.append([feature])
+            room.append(capacity - n)
+    return bins
+
+
+def bench_collator(name, plain, wrapped, batches, passes: int, bar) -> dict:
+    """Alternate plain / wrapped on each batch; every call gets its own deep copy, made outside the timing."""
+    times = {"plain": {"wall": [], "cpu": []}, "wrapped": {"wall": [], "cpu": []}}
+    tokens = 0
+    for p in range(passes):
+        for i, batch in enumerate(batches):
+            order = [("plain", plain), ("wrapped", wrapped)]
+            if (i + p) % 2:
+                order.reverse()
+            for kind, collator in order:
+                features = copy.deepcopy(batch)
+                wall0, cpu0 = time.perf_counter(), time.process_time()
+                out = collator(features)
+                times[kind]["cpu"].append(time.process_time() - cpu0)
+                times[kind]["wall"].append(time.perf_counter() - wall0)
+                if kind == "wrapped" and p == 0:
+                    if "del_target_places" not in out:
+                        raise AssertionError("NumberSpanCollator did not add del_target_places")
+                    tokens += out["labels"].numel()
+        bar.update(1)
+    result = {"collator": name, "batches": len(batches), "passes": passes, "padded_tokens_per_pass": tokens}
+    for kind in ("plain", "wrapped"):
+        total = sum(times[kind]["cpu"])
+        result[kind] = {
+            "total_cpu_s": total,
+            "total_wall_s": sum(times[kind]["wall"]),
+            "median_batch_ms_cpu": statistics.median(times[kind]["cpu"]) * 1e3,
+            "batches_per_s_cpu": len(times[kind]["cpu"]) / total,
+            "tokens_per_s_cpu": tokens * passes / total,
+        }
+    result["overhead_cpu"] = result["wrapped"]["total_cpu_s"] / result["plain"]["total_cpu_s"] - 1
+    result["overhead_wall"] = result["wrapped"]["total_wall_s"] / result["plain"]["total_wall_s"] - 1
+    result["overhead_median_batch_ratio_cpu"] = statistics.median(
+        w / p for w, p in zip(times["wrapped"]["cpu"], times["plain"]["cpu"])) - 1
+    return result
+
+
+def run(args) -> dict:
+    from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
+
+    from del_plugin.assets import load_tokenizer
+    from del_plugin.collator import NumberSpanCollator
+    from del_plugin.core import DigitVocab
+
+    torch.set_num_threads(1)
+    tokenizer = load_tokenizer(args.tokenizer)
+    vocab = DigitVocab.from_tokenizer(tokenizer, name=args.tokenizer)
+    features = tokenize(gsm8k_rows(args.samples, args.data), tokenizer, args.sequence_len)
+    digit_targets = sum(
+        int((vocab.classify(torch.tensor(f["labels"]))[0] >= 0).sum()) for f in features)
+    label_targets = sum(sum(1 for t in f["labels"] if t != -100) for f in features)
+
+    padded_batches = [
+        [{k: v for k, v in f.items() if k != "position_ids"} for f in features[i:i + args.micro_batch_size]]
+        for i in range(0, len(features), args.micro_batch_size)
+    ]
+    packs = pack(features, args.sequence_len)
+    packed_batches = [packs[i:i + args.packs_per_batch] for i in range(0, len(packs), args.packs_per_batch)]
+
+    padded = DataCollatorForSeq2Seq(tokenizer, padding=True, pad_to_multiple_of=64, return_tensors="pt")
+    packed = V2BatchSamplerDataCollatorForSeq2Seq(
+        tokenizer, padding=True, pad_to_multiple_of=args.sequence_len, return_tensors="pt")
+    bar = tqdm(total=2 * args.passes, desc="collation", unit="pass", file=sys.stdout, disable=args.quiet)
+    results = {
+        "machine": {**benchlib.machine_info(), "torch_threads": torch.get_num_threads()},
+        "tokenizer": args.tokenizer, "samples": len(features), "sequence_len": args.sequence_len,
+        "label_targets": label_targets, "digit_targets": digit_targets,
+        "digit_share_of_targets": round(digit_targets / max(label_targets, 1), 4),
+        "collators": [
+            bench_collator(f"padded: DataCollatorForSeq2Seq, {args.micro_batch_size} samples/batch",
+                           padded, NumberSpanCollator(padded, vocab), padded_batches, args.passes, bar),
+            bench_collator(f"packed: V2BatchSamplerDataCollatorForSeq2Seq, {args.packs_per_batch} packs of "
+                           f"<= {args.sequence_len} tokens/batch",
+                           packed, NumberSpanCollator(packed, vocab), packed_batches, args.passes, bar),
+        ],
+    }
+    bar.close()
+    results["targets"] = {
+        "overhead_le_5pct": all(c["overhead_cpu"] <= 0.05 for c in results["collators"]),
+        "max_overhead_cpu": max(c["overhead_cpu"] for c in results["collators"]),
+    }
+    return results
+
+
+def tables(results: dict) -> str:
+    rows = []
+    for c in results["collators"]:
+        rows.append([
+            c["collator"], c["batches"] * c["passes"],
+            f"{c['plain']['median_batch_ms_cpu']:.2f}", f"{c['wrapped']['median_batch_ms_cpu']:.2f}",
+            f"{c['plain']['tokens_per_s_cpu']:,.0f}", f"{c['wrapped']['tokens_per_s_cpu']:,.0f}",
+            f"**{c['overhead_cpu']:+.1%}**", f"{c['overhead_wall']:+.1%}",
+        ])
+    return benchlib.markdown_table(
+        ["collator", "batches timed", "plain ms/batch", "wrapped ms/batch", "plain tokens/s", "wrapped tokens/s",
+         "overhead (CPU)", "overhead (wall)"], rows) + (
+        f"\n\n{results['samples']:,} GSM8K train problems, {results['tokenizer']}; "
+        f"{results['digit_share_of_targets']:.1%} of the label targets are digits.\n")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=2048, help="GSM8K problems (default %(default)s)")
+    parser.add_argument("--data", type=Path, default=GSM8K_DIR / "train.jsonl")
+    parser.add_argument("--tokenizer", default="llama-spm")
+    parser.add_argument("--sequence-len", type=int, default=2048)
+    parser.add_argument("--micro-batch-size", type=int, default=8)
+    parser.add_argument("--packs-per-batch", type=int, default=2)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--out", type=Path, default=benchlib.RESULTS_DIR / "collation.json")
+    args = parser.parse_args(argv)
+    results = run(args)
+    benchlib.write_json(args.out, results)
+    text = tables(results)
+    args.out.with_suffix(".md").write_text(text, encoding="utf-8")
+    print(f"\n{benchlib.machine_line(results['machine'])}\n\n{text}\ntargets: {results['targets']}\n"
+          f"written: {args.out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

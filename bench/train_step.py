@@ -1,0 +1,260 @@
+"""Training-step benchmark: an in-process Axolotl LoRA fine-tune on the CPU, steps per second with DEL off and on.
+
+Both trainers are built once in this process from the same config (the only difference: ``plugins:
+[del_plugin.DELPlugin]`` and ``del_alpha: 0.3``), on GSM8K in the Alpaca format, with a small random Llama that
+uses Llama-2's tokenizer (``del_plugin.assets.tiny_model_dir``, hidden size 256, 4 layers: big enough that the
+step is not all Python overhead, small enough for a CPU). ``trainer.train()`` is then called on each in turn,
+several rounds, the order rotating; a callback times every optimizer step from the end of the previous one (so
+fetching and collating the batch count) and the first steps of every call (optimizer state, data-loader start)
+are dropped. Ratio = median over rounds of (steps/s on) / (steps/s off). A third arm runs the "on" trainer with
+DEL's gradient on the sparse path (``gradient="sparse"``, the trainer's path before commit 8316db9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import benchlib  # noqa: E402
+
+GSM8K_DIR = benchlib.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
+
+
+def write_gsm8k_alpaca(path: Path, source: Path, n: int) -> Path:
+    if not source.exists():
+        raise FileNotFoundError(
+            f"{source} is missing: the training-step bench reads GSM8K from shared/data/gsm8k beside the "
+            "repository; pass --data /path/to/train.jsonl"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(source, encoding="utf-8") as src, open(path, "w", encoding="utf-8") as dst:
+        for i, line in enumerate(src):
+            if i >= n:
+                break
+            row = json.loads(line)
+            dst.write(json.dumps({"instruction": row["question"], "input": "", "output": row["answer"]}) + "\n")
+    return path
+
+
+def base_config(work: Path, model_dir: Path, dataset: Path, args) -> dict:
+    return {
+        "base_model": str(model_dir),
+        "tokenizer_config": str(model_dir),
+        "datasets": [{"path": str(dataset), "ds_type": "json", "type": "alpaca"}],
+        "val_set_size": 0.0,
+        "sequence_len": args.sequence_len,
+        "sample_packing": False,
+        "micro_batch_size": args.micro_batch_size,
+        "gradient_accumulation_steps": 1,
+        "max_steps": args.steps_per_call,
+        "learning_rate": 1e-4,
+        "optimizer": "adamw_torch",
+        "lr_scheduler": "constant",
+        "adapter": "lora",
+        "lora_r": 8,
+        "lora_alpha": 16,
+        "lora_dropout": 0.0,
+        "lora_target_linear": True,
+        "bf16": False,
+        "fp16": False,
+        "tf32": False,
+        "attn_implementation": "sdpa",
+        "lora_mlp_kernel": False,
+        "lora_qkv_kernel": False,
+        "lora_o_kernel": False,
+        "lora_embedding_kernel": False,
+        "output_dir": str(work / "out"),
+        "dataset_prepared_path": str(work / "prepared"),
+        "save_strategy": "no",
+        "logging_steps": 4,
+        "seed": 42,
+        "dataloader_num_workers": 0,
+        "dataset_num_proc": 1,
+    }
+
+
+def build_trainer(cfg: dict):
+    from axolotl.cli.config import load_cfg
+    from axolotl.common.datasets import load_datasets
+    from axolotl.train import setup_model_and_trainer
+    from axolotl.utils.dict import DictDefault
+
+    loaded = load_cfg(DictDefault(cfg))
+    meta = load_datasets(cfg=loaded)
+    trainer = setup_model_and_trainer(loaded, meta)[0]
+    return trainer
+
+
+class StepTimer:
+    """A TrainerCallback that records the interval between consecutive optimizer-step ends: the whole step,
+    including fetching and collating its batch (HF's ``on_step_begin`` comes after the batch is fetched)."""
+
+    def __init__(self):
+        from transformers import TrainerCallback
+
+        timer = self
+
+        class _Callback(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                timer.ends.append((time.perf_counter(), time.process_time()))
+
+        self.callback = _Callback()
+        self.ends: list[tuple[float, float]] = []
+
+    def reset(self):
+        self.ends = []
+
+    def intervals(self, drop: int) -> tuple[list[float], list[float]]:
+        """Wall and CPU seconds of the steps after the first ``drop`` (the first step has no start mark)."""
+        pairs = list(zip(self.ends, self.ends[1:]))[max(drop - 1, 0):]
+        return [b[0] - a[0] for a, b in pairs], [b[1] - a[1] for a, b in pairs]
+
+
+def run(args) -> dict:
+    import torch
+
+    from del_plugin.assets import tiny_model_dir
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model_dir = tiny_model_dir("llama-spm", hidden_size=args.hidden_size, layers=args.layers)
+    results = {"machine": {**benchlib.machine_info(), "torch_threads": torch.get_num_threads()},
+               "model": f"random Llama, llama-spm tokenizer (V=32,000), hidden {args.hidden_size}, {args.layers} layers",
+               "micro_batch_size": args.micro_batch_size, "sequence_len": args.sequence_len,
+               "steps_per_call": args.steps_per_call, "dropped_per_call": args.warmup_steps, "rounds": args.rounds}
+    with tempfile.TemporaryDirectory(prefix="del_bench_train_") as tmp:
+        work = Path(tmp)
+        dataset = write_gsm8k_alpaca(work / "gsm8k_alpaca.jsonl", args.data, args.samples)
+        cfg = base_config(work, model_dir, dataset, args)
+        trainers = {
+            "off": build_trainer({**cfg, "output_dir": str(work / "out_off")}),
+            "on": build_trainer({**cfg, "output_dir": str(work / "out_on"), "plugins": ["del_plugin.DELPlugin"],
+                                 "del_alpha": 0.3}),
+        }
+        if type(trainers["on"]).__name__ != "DELTrainer" or type(trainers["off"]).__name__ == "DELTrainer":
+            raise RuntimeError(f"unexpected trainers: {[type(t).__name__ for t in trainers.values()]}")
+        timer = StepTimer()
+        for trainer in trainers.values():
+            trainer.add_callback(timer.callback)
+        arms = ["off", "on"]
+        import del_plugin.trainer as del_trainer_module
+
+        if args.sparse_arm and hasattr(del_trainer_module, "gather_digit_targets"):
+            # the "on" trainer again with DEL's gradient on the standalone sparse path (before commit 8316db9)
+            arms.append("on, sparse gradient")
+        per_round: list[dict] = []
+        from tqdm import tqdm
+
+        bar = tqdm(total=args.rounds * len(arms), desc="train step", unit="run", file=sys.stdout,
+                   disable=args.quiet)
+        for r in range(args.rounds):
+            order = arms[r % len(arms):] + arms[:r % len(arms)]
+            entry = {}
+            for name in order:
+                timer.reset()
+                if name == "on, sparse gradient":
+                    original = del_trainer_module.gather_digit_targets
+
+                    def sparse_gather(*a, original=original, **kw):
+                        return original(*a, **{**kw, "gradient": "sparse"})
+
+                    del_trainer_module.gather_digit_targets = sparse_gather
+                    try:
+                        trainers["on"].train()
+                    finally:
+                        del_trainer_module.gather_digit_targets = original
+                else:
+                    trainers[name].train()
+                kept_wall, kept_cpu = timer.intervals(args.warmup_steps)
+                entry[name] = {"median_step_s_wall": statistics.median(kept_wall),
+                               "median_step_s_cpu": statistics.median(kept_cpu),
+                               "steps_timed": len(kept_wall), "step_s_wall": kept_wall}
+                bar.update(1)
+            per_round.append(entry)
+        bar.close()
+        logs = [h for h in trainers["on"].state.log_history if "del_loss" in h]
+    ratio_cpu = [e["off"]["median_step_s_cpu"] / e["on"]["median_step_s_cpu"] for e in per_round]
+    ratio_wall = [e["off"]["median_step_s_wall"] / e["on"]["median_step_s_wall"] for e in per_round]
+    summary = {}
+    for name in arms:
+        steps_cpu = [s for e in per_round for s in [e[name]["median_step_s_cpu"]]]
+        steps_wall = [s for e in per_round for s in [e[name]["median_step_s_wall"]]]
+        summary[name] = {"steps_per_s_cpu": 1 / statistics.median(steps_cpu),
+                         "steps_per_s_wall": 1 / statistics.median(steps_wall)}
+    results.update({
+        "rounds_detail": per_round,
+        "summary": summary,
+        "on_over_off_steps_per_s_cpu": statistics.median(ratio_cpu),
+        "on_over_off_steps_per_s_wall": statistics.median(ratio_wall),
+        "per_round_ratio_cpu": ratio_cpu,
+        "arms": arms,
+        "del_logged": logs[-1] if logs else None,
+    })
+    for name in arms[2:]:
+        results[f"{name} / off steps per second (CPU)"] = statistics.median(
+            e["off"]["median_step_s_cpu"] / e[name]["median_step_s_cpu"] for e in per_round)
+    results["targets"] = {"steps_per_s_ratio_ge_0.97": results["on_over_off_steps_per_s_cpu"] >= 0.97}
+    return results
+
+
+def tables(results: dict) -> str:
+    s = results["summary"]
+    rows = []
+    for name in results["arms"]:
+        if name == "off":
+            ratio = "1"
+        elif name == "on":
+            ratio = f"**{results['on_over_off_steps_per_s_cpu']:.3f}**"
+        else:
+            ratio = f"{results[f'{name} / off steps per second (CPU)']:.3f}"
+        rows.append([name, f"{s[name]['steps_per_s_cpu']:.3f}", f"{s[name]['steps_per_s_wall']:.3f}", ratio])
+    table = benchlib.markdown_table(["DEL", "steps/s (CPU time)", "steps/s (wall)", "steps/s / off (CPU)"], rows)
+    return (f"{table}\n\non / off steps per second: **{results['on_over_off_steps_per_s_cpu']:.3f}** (CPU time), "
+            f"{results['on_over_off_steps_per_s_wall']:.3f} (wall); per round (CPU): "
+            f"{', '.join(f'{r:.3f}' for r in results['per_round_ratio_cpu'])}\n\n{results['model']}, LoRA r=8 on all "
+            f"linear layers, micro-batch {results['micro_batch_size']} GSM8K samples (padded), "
+            f"{results['rounds']} rounds x {results['steps_per_call']} steps per arm "
+            f"(first {results['dropped_per_call']} of each call dropped).\n")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=GSM8K_DIR / "train.jsonl")
+    parser.add_argument("--samples", type=int, default=400)
+    parser.add_argument("--hidden-size", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--sequence-len", type=int, default=512)
+    parser.add_argument("--micro-batch-size", type=int, default=2)
+    parser.add_argument("--steps-per-call", type=int, default=8)
+    parser.add_argument("--warmup-steps", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-sparse-arm", dest="sparse_arm", action="store_false",
+                        help="leave out the third arm (DEL with gradient='sparse', the path before commit 8316db9)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--out", type=Path, default=benchlib.RESULTS_DIR / "train_step.json")
+    args = parser.parse_args(argv)
+    if args.steps_per_call <= args.warmup_steps:
+        parser.error("--steps-per-call must exceed --warmup-steps")
+    results = run(args)
+    benchlib.write_json(args.out, results)
+    text = tables(results)
+    args.out.with_suffix(".md").write_text(text, encoding="utf-8")
+    print(f"\n{benchlib.machine_line(results['machine'])}\n\n{text}\ntargets: {results['targets']}\n"
+          f"written: {args.out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

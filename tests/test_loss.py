@@ -167,6 +167,9 @@ def test_in_place_path_adds_exactly_the_digit_gradient():
     (g_in_place,) = torch.autograd.grad(ce() + digit_term("in_place"), logits)
     torch.testing.assert_close(g_in_place, g_dense)
     assert not torch.allclose(g_in_place, g_ce)
+    # alone, without another loss on the logits, there is no gradient to add into: a clear error, not a silent 0
+    with pytest.raises(RuntimeError, match="use gradient='sparse' for DEL alone"):
+        torch.autograd.grad(digit_term("in_place"), logits)
     with pytest.raises(ValueError, match="gradient must be"):
         gather_digit_targets(logits, labels, VOCAB, gradient="fast")
 

@@ -13,8 +13,9 @@ pass. Two ways avoid it:
   their summed gradient once every other contribution (cross-entropy's) has arrived. With float32 logits the
   cross-entropy gradient reaches them as a view, which autograd never accumulates into in place, so the sparse
   path then costs an out-of-place logits-sized add; this one costs ten writes per position. It needs another
-  loss on the same logits in the same backward pass (the hook runs only when some gradient reaches them), which
-  is always the case in the trainer (cross-entropy and DEL on the model's logits).
+  loss on the same logits in the same backward pass (the trainer's case: cross-entropy and DEL on the model's
+  logits); alone it raises a clear error, since the hook only sees the logits' gradient if something else
+  produced one.
 """
 
 from __future__ import annotations
@@ -90,8 +91,13 @@ class _HookedGather(torch.autograd.Function):
 def _gather_into_logits_gradient(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     pending: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-    def add_digit_gradient(grad: torch.Tensor) -> torch.Tensor:
+    def add_digit_gradient(grad: torch.Tensor | None) -> torch.Tensor:
         # runs after autograd has summed every other gradient of the logits, before it is passed on
+        if grad is None:  # autograd cannot turn a None gradient into one, so misuse must be loud
+            raise RuntimeError(
+                "gather_digit_targets(gradient='in_place') adds the digit gradient into the other gradients of the "
+                "logits, but no other loss on these logits was backpropagated; use gradient='sparse' for DEL alone"
+            )
         if not grad.is_contiguous():
             grad = grad.contiguous()
         while pending:
@@ -114,8 +120,8 @@ def gather_digit_targets(
     """Take the digit slice of ``logits`` (``[..., V]``) at the targets ``labels`` (``[...]``), aligned.
 
     ``gradient`` picks how the backward pass reaches ``logits`` (module docstring): ``"sparse"`` (default),
-    ``"in_place"`` (only with another loss on the same logits), or ``"dense"`` (a plain gather, for code upstream
-    that cannot take a sparse gradient). ``sparse_grad=False`` is the same as ``gradient="dense"``.
+    ``"in_place"`` (only next to another loss on the same logits), or ``"dense"`` (a plain gather, for code
+    upstream that cannot take a sparse gradient). ``sparse_grad=False`` is the same as ``gradient="dense"``.
     """
     if logits.shape[:-1] != labels.shape:
         raise ValueError(

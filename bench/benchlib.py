@@ -314,6 +314,15 @@ def write_json(path: Path, payload: dict) -> Path:
     return path
 
 
+def publish(out: Path, results: dict, tables: Callable[[dict], str]) -> dict:
+    """Write ``out`` (JSON) and its markdown tables beside it, and print them."""
+    write_json(out, results)
+    text = tables(results)
+    out.with_suffix(".md").write_text(text, encoding="utf-8")
+    print(f"\n{machine_line(results['machine'])}\n\n{text}\ntargets: {results['targets']}\nwritten: {out}")
+    return results
+
+
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in rows:

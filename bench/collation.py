@@ -200,12 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=benchlib.RESULTS_DIR / "collation.json")
     args = parser.parse_args(argv)
     results = run(args)
-    benchlib.write_json(args.out, results)
-    text = tables(results)
-    args.out.with_suffix(".md").write_text(text, encoding="utf-8")
-    print(f"\n{benchlib.machine_line(results['machine'])}\n\n{text}\ntargets: {results['targets']}\n"
-          f"written: {args.out}")
-    return results
+    return benchlib.publish(args.out, results, tables)
 
 
 if __name__ == "__main__":

@@ -635,12 +635,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         results = run(args)
     results["targets"] = evaluate_targets(results)
-    benchlib.write_json(args.out, results)
-    text = tables(results)
-    args.out.with_suffix(".md").write_text(text, encoding="utf-8")
-    print(f"\n{benchlib.machine_line(results['machine'])}\n\n{text}\ntargets: {results['targets']}\n"
-          f"written: {args.out}")
-    return results
+    return benchlib.publish(args.out, results, tables)
 
 
 def _without_options(argv: list[str], options: tuple[str, ...]) -> list[str]:

@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import benchlib  # noqa: E402
 
+from del_plugin.cpu import CPU_KEYS  # noqa: E402
+
 GSM8K_DIR = benchlib.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
 
 
@@ -59,28 +61,18 @@ def base_config(work: Path, model_dir: Path, dataset: Path, args) -> dict:
         "gradient_accumulation_steps": 1,
         "max_steps": args.steps_per_call,
         "learning_rate": 1e-4,
-        "optimizer": "adamw_torch",
         "lr_scheduler": "constant",
         "adapter": "lora",
         "lora_r": 8,
         "lora_alpha": 16,
         "lora_dropout": 0.0,
         "lora_target_linear": True,
-        "bf16": False,
-        "fp16": False,
-        "tf32": False,
-        "attn_implementation": "sdpa",
-        "lora_mlp_kernel": False,
-        "lora_qkv_kernel": False,
-        "lora_o_kernel": False,
-        "lora_embedding_kernel": False,
+        **CPU_KEYS,
         "output_dir": str(work / "out"),
         "dataset_prepared_path": str(work / "prepared"),
         "save_strategy": "no",
         "logging_steps": 4,
         "seed": 42,
-        "dataloader_num_workers": 0,
-        "dataset_num_proc": 1,
     }
 
 
@@ -248,12 +240,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.steps_per_call <= args.warmup_steps:
         parser.error("--steps-per-call must exceed --warmup-steps")
     results = run(args)
-    benchlib.write_json(args.out, results)
-    text = tables(results)
-    args.out.with_suffix(".md").write_text(text, encoding="utf-8")
-    print(f"\n{benchlib.machine_line(results['machine'])}\n\n{text}\ntargets: {results['targets']}\n"
-          f"written: {args.out}")
-    return results
+    return benchlib.publish(args.out, results, tables)
 
 
 if __name__ == "__main__":

@@ -91,6 +91,19 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
+def _place_sections(entries, first_column: str, heading: str) -> list[str]:
+    """The per-place digit-accuracy tables (generated answers, teacher-forced), those that have rows."""
+    lines: list[str] = []
+    for title, section, key in (
+        ("Per-place digit accuracy, generated final answers", "generation", "place_accuracy"),
+        ("Per-place teacher-forced digit accuracy", "teacher_forced", "places"),
+    ):
+        header, rows = _place_rows(entries, section, key)
+        if rows:
+            lines += ["", f"{heading} {title}", ""] + _table([first_column] + header, rows)
+    return lines
+
+
 def _place_rows(entries: Sequence[tuple[str, dict]], section: str, key: str) -> tuple[list[str], list[list[str]]]:
     places = sorted({int(p) for _, e in entries for p in ((e.get(section) or {}).get(key) or {})}, reverse=True)
     rows = []
@@ -119,13 +132,7 @@ def report_markdown(report: dict) -> str:
         entries.append((OVERALL, report["overall"]))
     lines += _table(["set"] + list(_COLUMNS), [[n] + [_summary_cells(e)[c] for c in _COLUMNS] for n, e in entries])
     lines += ["", "TF = teacher-forced on the reference solutions (digit targets only)."]
-    for title, section, key in (
-        ("Per-place digit accuracy of the generated final answers", "generation", "place_accuracy"),
-        ("Per-place teacher-forced digit accuracy", "teacher_forced", "places"),
-    ):
-        header, rows = _place_rows(entries, section, key)
-        if rows:
-            lines += ["", f"## {title}", ""] + _table(["set"] + header, rows)
+    lines += _place_sections(entries, "set", "##")
     issues = [i for d in report["datasets"] for i in d.get("issues", [])]
     if issues:
         lines += ["", f"## Skipped lines ({len(issues)})", ""]
@@ -187,13 +194,7 @@ def comparison_markdown(reports: Sequence[dict], labels: Sequence[str]) -> str:
         rows = [[label] + [_summary_cells(e)[c] for c in _COLUMNS] for label, e in entries]
         _bold_best(entries, rows)
         lines += ["", f"## {set_name}", ""] + _table(["model"] + list(_COLUMNS), rows)
-        for title, section, key in (
-            ("Per-place digit accuracy, generated final answers", "generation", "place_accuracy"),
-            ("Per-place teacher-forced digit accuracy", "teacher_forced", "places"),
-        ):
-            header, place_rows = _place_rows(entries, section, key)
-            if place_rows:
-                lines += ["", f"### {title}", ""] + _table(["model"] + header, place_rows)
+        lines += _place_sections(entries, "model", "###")
     lines += ["", "Best value per column in bold (accuracy, MAE, log-MAE, TF digit accuracy). TF = teacher-forced "
               "on the reference solutions. Entropy is not ranked: lower means more confident, not more correct."]
     return "\n".join(lines) + "\n"

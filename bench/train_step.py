@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import benchlib  # noqa: E402
 
-from del_plugin.cpu import CPU_KEYS  # noqa: E402
+from del_plugin.cpu import alpaca_lora_config  # noqa: E402
 
 GSM8K_DIR = benchlib.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
 
@@ -50,30 +50,11 @@ def write_gsm8k_alpaca(path: Path, source: Path, n: int) -> Path:
 
 
 def base_config(work: Path, model_dir: Path, dataset: Path, args) -> dict:
-    return {
-        "base_model": str(model_dir),
-        "tokenizer_config": str(model_dir),
-        "datasets": [{"path": str(dataset), "ds_type": "json", "type": "alpaca"}],
-        "val_set_size": 0.0,
-        "sequence_len": args.sequence_len,
-        "sample_packing": False,
-        "micro_batch_size": args.micro_batch_size,
-        "gradient_accumulation_steps": 1,
-        "max_steps": args.steps_per_call,
-        "learning_rate": 1e-4,
-        "lr_scheduler": "constant",
-        "adapter": "lora",
-        "lora_r": 8,
-        "lora_alpha": 16,
-        "lora_dropout": 0.0,
-        "lora_target_linear": True,
-        **CPU_KEYS,
-        "output_dir": str(work / "out"),
-        "dataset_prepared_path": str(work / "prepared"),
-        "save_strategy": "no",
-        "logging_steps": 4,
-        "seed": 42,
-    }
+    return alpaca_lora_config(
+        model_dir, dataset, work,
+        sequence_len=args.sequence_len, sample_packing=False, micro_batch_size=args.micro_batch_size,
+        gradient_accumulation_steps=1, max_steps=args.steps_per_call, learning_rate=1e-4, logging_steps=4,
+    )
 
 
 def build_trainer(cfg: dict):

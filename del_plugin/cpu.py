@@ -21,6 +21,32 @@ CPU_KEYS: dict = {
 }
 
 
+def alpaca_lora_config(model_dir, dataset, work, **overrides) -> dict:
+    """A small LoRA fine-tune of ``model_dir`` on an alpaca JSONL, for CPU runs (tests, benchmarks); outputs go
+    under ``work``. Any key can be overridden."""
+    from pathlib import Path
+
+    work = Path(work)
+    return {
+        "base_model": str(model_dir),
+        "tokenizer_config": str(model_dir),
+        "datasets": [{"path": str(dataset), "ds_type": "json", "type": "alpaca"}],
+        "val_set_size": 0.0,
+        "lr_scheduler": "constant",
+        "adapter": "lora",
+        "lora_r": 8,
+        "lora_alpha": 16,
+        "lora_dropout": 0.0,
+        "lora_target_linear": True,
+        **CPU_KEYS,
+        "output_dir": str(work / "out"),
+        "dataset_prepared_path": str(work / "prepared"),
+        "save_strategy": "no",
+        "seed": 42,
+        **overrides,
+    }
+
+
 def run_axolotl(config: dict):
     """``load_cfg`` -> ``load_datasets`` -> ``train`` in this process, as ``axolotl train`` does; returns the
     trainer (``trainer.state.log_history``, ``trainer.model``). Raises on a bad config before loading anything."""

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from del_plugin import cpu
-from del_plugin.cpu import CPU_KEYS
 
 GSM8K_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
 
@@ -42,31 +41,11 @@ def write_alpaca_jsonl(path: Path, rows: list[dict]) -> Path:
 
 def cpu_config(tmp_path: Path, model_dir: Path | str, dataset: Path | str, **overrides: Any) -> dict:
     """A small LoRA fine-tune that runs on CPU in seconds, with the DEL plugin on; override any key."""
-    cfg = {
-        "base_model": str(model_dir),
-        "tokenizer_config": str(model_dir),
-        "datasets": [{"path": str(dataset), "ds_type": "json", "type": "alpaca"}],
-        "val_set_size": 0.0,
-        "sequence_len": 256,
-        "micro_batch_size": 2,
-        "gradient_accumulation_steps": 2,
-        "max_steps": 4,
-        "learning_rate": 1e-3,
-        "lr_scheduler": "constant",
-        "adapter": "lora",
-        "lora_r": 8,
-        "lora_alpha": 16,
-        "lora_dropout": 0.0,
-        "lora_target_linear": True,
-        **CPU_KEYS,
-        "output_dir": str(tmp_path / "out"),
-        "dataset_prepared_path": str(tmp_path / "prepared"),
-        "save_strategy": "no",
-        "logging_steps": 1,
-        "seed": 42,
-        "plugins": ["del_plugin.DELPlugin"],
-        "del_alpha": 0.3,
-    }
+    cfg = cpu.alpaca_lora_config(
+        model_dir, dataset, tmp_path,
+        sequence_len=256, micro_batch_size=2, gradient_accumulation_steps=2, max_steps=4, learning_rate=1e-3,
+        logging_steps=1, plugins=["del_plugin.DELPlugin"], del_alpha=0.3,
+    )
     cfg.update(overrides)
     return cfg
 

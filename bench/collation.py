@@ -1,6 +1,6 @@
 """Collation benchmark: Axolotl's host collators alone and wrapped by NumberSpanCollator, on GSM8K.
 
-GSM8K problems (``../shared/data/gsm8k/train.jsonl`` beside the repository) are tokenised with a real tokenizer
+GSM8K train problems (vendored in ``data/gsm8k/``, read by ``del_plugin.assets.gsm8k_rows``) are tokenised with a real tokenizer
 (Llama-2's SentencePiece, ``llama-spm``) in the Alpaca format Axolotl's ``type: alpaca`` uses, the prompt masked
 with -100 in the labels. Two collators, as Axolotl configures them:
 
@@ -34,26 +34,10 @@ from tqdm import tqdm  # noqa: E402
 
 import benchlib  # noqa: E402
 
-GSM8K_DIR = benchlib.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
 ALPACA_PROMPT = (
     "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
     "### Instruction:\n{instruction}\n\n### Response:\n"
 )
-
-
-def gsm8k_rows(n: int, path: Path) -> list[dict]:
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} is missing: the collation bench reads GSM8K from shared/data/gsm8k beside the repository; "
-            "pass --data /path/to/train.jsonl"
-        )
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            rows.append(json.loads(line))
-            if len(rows) >= n:
-                break
-    return rows
 
 
 def tokenize(rows: list[dict], tokenizer, max_len: int) -> list[dict]:
@@ -127,14 +111,14 @@ def bench_collator(name, plain, wrapped, batches, passes: int, bar) -> dict:
 def run(args) -> dict:
     from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
 
-    from del_plugin.assets import load_tokenizer
+    from del_plugin.assets import gsm8k_rows, load_tokenizer
     from del_plugin.collator import NumberSpanCollator
     from del_plugin.core import DigitVocab
 
     torch.set_num_threads(1)
     tokenizer = load_tokenizer(args.tokenizer)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=args.tokenizer)
-    features = tokenize(gsm8k_rows(args.samples, args.data), tokenizer, args.sequence_len)
+    features = tokenize(gsm8k_rows(args.samples), tokenizer, args.sequence_len)
     digit_targets = sum(
         int((vocab.classify(torch.tensor(f["labels"]))[0] >= 0).sum()) for f in features)
     label_targets = sum(sum(1 for t in f["labels"] if t != -100) for f in features)
@@ -190,7 +174,6 @@ def tables(results: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=2048, help="GSM8K problems (default %(default)s)")
-    parser.add_argument("--data", type=Path, default=GSM8K_DIR / "train.jsonl")
     parser.add_argument("--tokenizer", default="llama-spm")
     parser.add_argument("--sequence-len", type=int, default=2048)
     parser.add_argument("--micro-batch-size", type=int, default=8)

@@ -28,26 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import benchlib  # noqa: E402
 
-from del_plugin.cpu import alpaca_lora_config  # noqa: E402
-
-GSM8K_DIR = benchlib.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
-
-
-def write_gsm8k_alpaca(path: Path, source: Path, n: int) -> Path:
-    if not source.exists():
-        raise FileNotFoundError(
-            f"{source} is missing: the training-step bench reads GSM8K from shared/data/gsm8k beside the "
-            "repository; pass --data /path/to/train.jsonl"
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(source, encoding="utf-8") as src, open(path, "w", encoding="utf-8") as dst:
-        for i, line in enumerate(src):
-            if i >= n:
-                break
-            row = json.loads(line)
-            dst.write(json.dumps({"instruction": row["question"], "input": "", "output": row["answer"]}) + "\n")
-    return path
-
+from del_plugin.assets import gsm8k_rows  # noqa: E402
+from del_plugin.cpu import alpaca_lora_config, write_alpaca_jsonl  # noqa: E402
 
 def base_config(work: Path, model_dir: Path, dataset: Path, args) -> dict:
     return alpaca_lora_config(
@@ -108,7 +90,7 @@ def run(args) -> dict:
                "steps_per_call": args.steps_per_call, "dropped_per_call": args.warmup_steps, "rounds": args.rounds}
     with tempfile.TemporaryDirectory(prefix="del_bench_train_") as tmp:
         work = Path(tmp)
-        dataset = write_gsm8k_alpaca(work / "gsm8k_alpaca.jsonl", args.data, args.samples)
+        dataset = write_alpaca_jsonl(work / "gsm8k_alpaca.jsonl", gsm8k_rows(args.samples))
         cfg = base_config(work, model_dir, dataset, args)
         trainers = {
             "off": build_trainer({**cfg, "output_dir": str(work / "out_off")}),
@@ -203,7 +185,6 @@ def tables(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=GSM8K_DIR / "train.jsonl")
     parser.add_argument("--samples", type=int, default=400)
     parser.add_argument("--hidden-size", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)

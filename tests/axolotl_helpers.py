@@ -2,41 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from del_plugin import cpu
 
-GSM8K_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"
-
 os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def gsm8k_rows(n: int | None = None, split: str = "train") -> list[dict]:
-    """The first ``n`` GSM8K problems (``question``, ``answer`` ending in '#### N') from ../shared."""
-    path = GSM8K_DIR / f"{split}.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: the tests read GSM8K from shared/data/gsm8k beside the repo")
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            rows.append(json.loads(line))
-            if n is not None and len(rows) >= n:
-                break
-    return rows
-
-
-def write_alpaca_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        for row in rows:
-            record = {"instruction": row["question"], "input": "", "output": row["answer"]}
-            handle.write(json.dumps(record) + "\n")
-    return path
 
 
 def cpu_config(tmp_path: Path, model_dir: Path | str, dataset: Path | str, **overrides: Any) -> dict:

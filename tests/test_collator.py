@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
-from axolotl_helpers import gsm8k_rows
+from del_plugin.assets import gsm8k_rows
 
 from del_plugin.assets import load_tokenizer
 from del_plugin.collator import TARGET_PLACES_KEY, NumberSpanCollator

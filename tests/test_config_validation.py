@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from axolotl_helpers import cpu_config, gsm8k_rows, load_config, write_alpaca_jsonl
+from axolotl_helpers import cpu_config, load_config
+
+from del_plugin.assets import gsm8k_rows
+from del_plugin.cpu import write_alpaca_jsonl
 
 from del_plugin.assets import tiny_model_dir, tokenizer_dir
 

@@ -499,7 +499,8 @@ def tiny_llama():
 
 @pytest.fixture(scope="module")
 def small_dataset(tmp_path_factory):
-    from axolotl_helpers import gsm8k_rows, write_alpaca_jsonl
+    from del_plugin.assets import gsm8k_rows
+    from del_plugin.cpu import write_alpaca_jsonl
 
     return write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "gsm8k.jsonl", gsm8k_rows(8))
 

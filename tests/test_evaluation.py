@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from axolotl_helpers import gsm8k_rows
+from del_plugin.assets import gsm8k_rows
 from del_plugin.evaluation import cli
 from del_plugin.evaluation.answers import extract_answer, find_numbers, format_decimal, is_correct
 from del_plugin.evaluation.data import read_eval_set

@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from axolotl_helpers import gsm8k_rows, run_axolotl, train_logs, write_alpaca_jsonl
+from axolotl_helpers import run_axolotl, train_logs
+
+from del_plugin.assets import gsm8k_rows
+from del_plugin.cpu import write_alpaca_jsonl
 
 from del_plugin.cpu import CPU_KEYS
 

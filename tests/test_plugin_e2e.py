@@ -6,10 +6,11 @@ import math
 
 import pytest
 import torch
-from axolotl_helpers import cpu_config, eval_logs, gsm8k_rows, load_config, run_axolotl, train_logs, write_alpaca_jsonl
+from axolotl_helpers import cpu_config, eval_logs, load_config, run_axolotl, train_logs
 from transformers import TrainerCallback
 
-from del_plugin.assets import tiny_model_dir
+from del_plugin.assets import gsm8k_rows, tiny_model_dir
+from del_plugin.cpu import write_alpaca_jsonl
 from del_plugin.collator import NumberSpanCollator
 from del_plugin.trainer import DELTrainer
 

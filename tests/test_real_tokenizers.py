@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from axolotl_helpers import gsm8k_rows
+from del_plugin.assets import gsm8k_rows
 
 from del_plugin.assets import load_tokenizer
 from del_plugin.core import NOT_A_DIGIT, DigitVocab, MultiDigitTokenizerError, number_places

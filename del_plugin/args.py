@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from axolotl.utils.logging import get_logger
@@ -19,6 +21,36 @@ def plugin_enabled(cfg: Any) -> bool:
     it ever registered, so each hook must check the config it is given."""
     plugins = cfg.get("plugins") if hasattr(cfg, "get") else getattr(cfg, "plugins", None)
     return any(str(p).replace(":", ".") == PLUGIN_NAME for p in plugins or [])
+
+
+def fused_cross_entropy(data: dict) -> list[str]:
+    """The config keys that switch on a cross-entropy kernel which never materialises the logits."""
+    keys = ["liger_fused_linear_cross_entropy"] if data.get("liger_fused_linear_cross_entropy") else []
+    plugins = [str(p) for p in data.get("plugins") or []]
+    if any("cut_cross_entropy" in p for p in plugins) and data.get("cut_cross_entropy", True):
+        keys.append("cut_cross_entropy")
+    return keys
+
+
+def lora_targets_head(targets: Any) -> bool:
+    """Whether ``lora_target_modules`` (a list of names, or one regex as PEFT reads it) selects ``lm_head``."""
+    if isinstance(targets, str):
+        return re.fullmatch(targets, "lm_head") is not None or targets == "lm_head"
+    return any(str(t) == "lm_head" or str(t).endswith(".lm_head") for t in targets or [])
+
+
+def zero_stage(deepspeed: Any) -> int | None:
+    """The ZeRO stage of Axolotl's ``deepspeed`` key (a JSON path or a dict), None if unknown or unset."""
+    if isinstance(deepspeed, str):
+        try:
+            with open(deepspeed, encoding="utf-8") as handle:
+                deepspeed = json.load(handle)
+        except (OSError, ValueError):
+            return 3 if "zero3" in deepspeed.replace("_", "").lower() else None
+    if isinstance(deepspeed, dict):
+        stage = (deepspeed.get("zero_optimization") or {}).get("stage")
+        return int(stage) if isinstance(stage, (int, float, str)) and str(stage).isdigit() else None
+    return None
 
 
 class DELArgs(BaseModel):
@@ -126,23 +158,26 @@ class DELArgs(BaseModel):
         if not isinstance(data, dict) or not plugin_enabled(data):
             return data
         problems = []
-        if data.get("liger_fused_linear_cross_entropy"):
+        criterion = data.get("del_criterion") or "del"
+        fused = fused_cross_entropy(data)
+        if criterion in TOKEN_CRITERIA:
+            for key in fused + [k for k in ("liger_cross_entropy", "chunked_cross_entropy") if data.get(k)]:
+                problems.append(
+                    f"`del_criterion: {criterion}` replaces the cross-entropy with a loss on the full softmax over "
+                    f"the vocabulary, so `{key}` would not run (and a fused kernel's memory saving would be lost); "
+                    "use a digit criterion (del, del_dist, ntl_was, ntl_mse, dist2, mle) with it, or remove it"
+                )
+        if fused and lora_targets_head(data.get("lora_target_modules")):
             problems.append(
-                "`liger_fused_linear_cross_entropy: true` fuses the LM head into the loss and never materialises the "
-                "logits that DEL reads; set it to false"
+                f"a LoRA adapter on lm_head (`lora_target_modules`) with {' and '.join(f'`{k}`' for k in fused)}: "
+                "the fused kernel reads lm_head.weight, which is the base weight without the adapter, so the "
+                "cross-entropy would train without it while DEL and evaluation see it; train the head with "
+                "`lora_modules_to_save: [lm_head]` instead, or use plain cross-entropy"
             )
-        if data.get("liger_cross_entropy"):
+        if zero_stage(data.get("deepspeed")) == 3:
             problems.append(
-                "`liger_cross_entropy: true` writes the cross-entropy gradient into the logits in place (float32 "
-                "logits are not copied first), and DEL reads the logits after it; set it to false "
-                "(`chunked_cross_entropy: true` also saves memory and keeps the logits intact)"
-            )
-        plugins = [str(p) for p in data.get("plugins") or []]
-        if any("cut_cross_entropy" in p for p in plugins) and data.get("cut_cross_entropy", True):
-            problems.append(
-                "Cut Cross Entropy never materialises the logits that DEL reads; remove "
-                "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin from `plugins` or set "
-                "`cut_cross_entropy: false`"
+                "DeepSpeed ZeRO-3 partitions the LM head weight, and DEL reads ten of its rows in the forward pass; "
+                "use ZeRO-2 (`deepspeed: deepspeed_configs/zero2.json`) or FSDP"
             )
         if data.get("rl") or data.get("reward_model") or data.get("process_reward_model"):
             kind = "rl: " + str(data.get("rl")) if data.get("rl") else "reward modelling"
@@ -162,13 +197,29 @@ class DELArgs(BaseModel):
         return data
 
     @model_validator(mode="after")
+    def check_model_architecture(self):
+        """Refuse, before the model loads, an architecture whose digit logits are not the head on the final norm."""
+        if not plugin_enabled(self):
+            return self
+        source = getattr(self, "base_model_config", None) or getattr(self, "base_model", None)
+        if source:
+            from .source_checks import check_model_source
+
+            check_model_source(
+                str(source),
+                trust_remote_code=bool(getattr(self, "trust_remote_code", False)),
+                revision=getattr(self, "revision_of_model", None),
+            )
+        return self
+
+    @model_validator(mode="after")
     def check_tokenizer_digits(self):
         """Refuse a tokenizer without single-digit tokens now, not after the model is loaded."""
         if not plugin_enabled(self):
             return self
         source = getattr(self, "tokenizer_config", None) or getattr(self, "base_model", None)
         if source:
-            from .tokenizer_check import check_tokenizer_source
+            from .source_checks import check_tokenizer_source
 
             check_tokenizer_source(
                 str(source),

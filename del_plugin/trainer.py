@@ -20,6 +20,7 @@ from .core import (
     DIGIT_CRITERIA,
     NOT_A_DIGIT,
     TOKEN_CRITERIA,
+    DigitLogitsCapture,
     DigitVocab,
     PlaceWeighting,
     criterion_token_losses,
@@ -27,7 +28,6 @@ from .core import (
     digit_criterion_token_losses,
     digit_entropy,
     emo_cost_embedding,
-    gather_digit_targets,
     shift_to_next_token,
 )
 
@@ -83,6 +83,9 @@ class DELTrainer(AxolotlTrainer):
             vocab = DigitVocab.from_tokenizer(tokenizer, name=getattr(tokenizer, "name_or_path", None))
         self.del_settings = settings
         self.del_vocab = vocab
+        # DEL reads its digit logits from the final hidden states, so it works with any cross-entropy kernel
+        # (plain, chunked, Liger, Cut Cross Entropy), whether or not the forward returns logits
+        self._del_capture = DigitLogitsCapture(self.model, vocab, differentiable=settings.digit_alpha > 0)
         self.data_collator = NumberSpanCollator(self.data_collator, vocab)
         self.train_data_collator = self.data_collator
         if self.eval_data_collator is not None:
@@ -138,23 +141,15 @@ class DELTrainer(AxolotlTrainer):
         if aligned is None:
             aligned = shift_to_next_token(labels, -100)
         self._del_token_labels = aligned  # read by _del_token_criterion_loss (mixce / emo)
-        ce, outputs = super().compute_loss(
-            model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
-        )
-        ce_logged, extra_sums = self._del_pop_token_criterion_parts(ce, num_items_in_batch)
-        logits = getattr(outputs, "logits", None)
-        if logits is None:
-            raise RuntimeError(
-                "del_plugin: the model returned no logits (a fused loss such as Liger's fused linear "
-                "cross-entropy or Cut Cross Entropy is active); DEL needs them"
+        with self._del_capture:
+            ce, outputs = super().compute_loss(
+                model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
             )
+        ce_logged, extra_sums = self._del_pop_token_criterion_parts(ce, num_items_in_batch)
+        targets = self._del_capture.digit_targets(aligned)
         alpha = self.del_settings.digit_alpha
         training = model.training
-        with torch.set_grad_enabled(torch.is_grad_enabled() and alpha > 0):
-            # cross-entropy always backpropagates through the same logits, so the digit gradient can be added
-            # into its gradient in place (see core/digits.py)
-            targets = gather_digit_targets(logits, aligned, self.del_vocab, gradient="in_place")
-            l_sum = self._del_digit_terms(targets, places.to(logits.device)).sum()
+        l_sum = self._del_digit_terms(targets, places.to(targets.logits.device)).sum()
         if training and self._del_step_digits is not None:
             world = self.accelerator.num_processes
             ga = 1 if self._loss_is_scaled_for_ga(num_items_in_batch) else self.current_gradient_accumulation_steps

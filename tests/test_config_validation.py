@@ -60,18 +60,60 @@ def unregister_cce():
     PluginManager.get_instance().plugins.pop(CCE, None)
 
 
-def test_fused_losses_that_hide_logits_are_refused(base, unregister_cce):
-    message = refused(base(liger_fused_linear_cross_entropy=True))
-    assert "liger_fused_linear_cross_entropy" in message and "logits" in message
-    message = refused(base(liger_cross_entropy=True))
-    assert "liger_cross_entropy" in message and "in place" in message
-    message = refused(base(bf16=True, plugins=[CCE, "del_plugin.DELPlugin"]))
-    assert "Cut Cross Entropy" in message and "cut_cross_entropy: false" in message
+@pytest.mark.parametrize(
+    "overrides",
+    [{"liger_fused_linear_cross_entropy": True}, {"liger_cross_entropy": True}, {"chunked_cross_entropy": True},
+     {"bf16": True, "plugins": [CCE, "del_plugin.DELPlugin"]}],
+)
+def test_every_cross_entropy_kernel_is_accepted(base, unregister_cce, overrides):
+    # DEL reads the hidden states, so kernels that never return logits (or overwrite them) are fine
+    cfg = load_config(base(**overrides))
+    assert cfg.del_alpha == 0.3
 
 
-def test_chunked_cross_entropy_is_accepted(base):
-    # chunked CE only changes how CE is summed; the logits DEL reads are still returned
-    assert load_config(base(chunked_cross_entropy=True)).chunked_cross_entropy
+@pytest.mark.parametrize("criterion", ["mixce", "emo"])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [({"liger_fused_linear_cross_entropy": True}, "liger_fused_linear_cross_entropy"),
+     ({"bf16": True, "plugins": [CCE, "del_plugin.DELPlugin"]}, "cut_cross_entropy"),
+     ({"liger_cross_entropy": True}, "liger_cross_entropy"),
+     ({"chunked_cross_entropy": True}, "chunked_cross_entropy")],
+)
+def test_full_softmax_criteria_refuse_cross_entropy_kernels(base, unregister_cce, criterion, overrides, key):
+    message = refused(base(del_criterion=criterion, del_alpha=1.0, **overrides))
+    assert f"`{key}`" in message and "full softmax" in message and criterion in message
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"liger_fused_linear_cross_entropy": True}, {"bf16": True, "plugins": [CCE, "del_plugin.DELPlugin"]}],
+)
+@pytest.mark.parametrize("targets", [["q_proj", "lm_head"], "model.*|lm_head"])
+def test_lora_on_the_head_is_refused_with_a_fused_loss(base, unregister_cce, overrides, targets):
+    message = refused(base(lora_target_modules=targets, **overrides))
+    assert "LoRA adapter on lm_head" in message and "lora_modules_to_save" in message
+    # with plain cross-entropy the head adapter is read exactly (tests/test_hidden.py)
+    assert load_config(base(lora_target_modules=targets)).lora_target_modules == targets
+
+
+def test_deepspeed_zero3_is_refused(base, tmp_path):
+    for stage, accepted in ((3, False), (2, True)):
+        path = tmp_path / f"zero{stage}.json"
+        path.write_text(f'{{"zero_optimization": {{"stage": {stage}}}}}')
+        if accepted:
+            from del_plugin.args import zero_stage
+
+            assert zero_stage(str(path)) == 2
+        else:
+            assert "ZeRO-3" in refused(base(deepspeed=str(path)))
+
+
+def test_unverified_architecture_is_refused_before_the_model_loads(base, tmp_path):
+    from transformers import AutoConfig
+
+    AutoConfig.for_model("gemma2", final_logit_softcapping=30.0).save_pretrained(tmp_path / "gemma2")
+    message = refused(base(base_model=str(tmp_path / "gemma2"), tokenizer_config=str(tokenizer_dir("llama-spm"))))
+    assert "model_type 'gemma2'" in message and "llama, mistral, qwen2" in message
 
 
 @pytest.mark.parametrize(

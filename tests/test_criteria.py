@@ -26,7 +26,7 @@ from del_plugin.core import (
     dist2_place_weights,
     emo_cost_embedding,
     emo_token_losses,
-    gather_digit_targets,
+    digit_targets_from_logits,
     mixce_token_losses,
     number_places,
     token_nll,
@@ -279,7 +279,7 @@ def test_token_criteria_refuse_bad_arguments():
 
 def test_unknown_criterion_is_refused_and_token_criteria_add_no_digit_term():
     labels = encode("a7")
-    targets = gather_digit_targets(logits_for(labels), labels, VOCAB)
+    targets = digit_targets_from_logits(logits_for(labels), labels, VOCAB)
     places = number_places(labels, VOCAB)
     for criterion in ("mle", *TOKEN_CRITERIA):
         assert digit_criterion_token_losses(criterion, targets, places).tolist() == [0.0, 0.0]
@@ -373,7 +373,7 @@ def test_ntl_matches_ntloss_package(llama_ntl, criterion):
     is_digit = torch.rand(batch, length) < 0.5
     labels = torch.where(is_digit, digits[torch.randint(0, 10, (batch, length))], labels)
     labels[:, :3] = -100
-    targets = gather_digit_targets(logits, labels, vocab)
+    targets = digit_targets_from_logits(logits, labels, vocab)
     assert targets.mask.sum() > 20
     ours = digit_criterion_token_losses(criterion, targets, torch.zeros(batch, length, dtype=torch.int32))
     theirs = package(logits, labels, reduction="none")
@@ -382,7 +382,7 @@ def test_ntl_matches_ntloss_package(llama_ntl, criterion):
     ours_mean = digit_criterion_loss(criterion, logits, labels, number_places(labels, vocab), vocab)
     assert ours_mean.item() == pytest.approx(package(logits, labels).item(), abs=1e-5)
     # and in float32, as training runs it (relative: float32 keeps ~7 digits of an error up to 81)
-    targets32 = gather_digit_targets(logits.float(), labels, vocab)
+    targets32 = digit_targets_from_logits(logits.float(), labels, vocab)
     ours32 = digit_criterion_token_losses(criterion, targets32, torch.zeros(batch, length, dtype=torch.int32))
     assert torch.allclose(ours32, theirs.float(), atol=1e-5, rtol=1e-5)
 

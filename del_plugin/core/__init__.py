@@ -1,8 +1,8 @@
 """DEL's maths in pure PyTorch: no Axolotl or Trainer import, usable from any training loop.
 
-Layering: ``vocab`` (digit token ids) -> ``places`` (number spans, place weights) -> ``digits`` (the ten digit
-logits at each target) -> ``losses`` (DEL) -> ``criteria`` (the paper's baselines and ablation) / ``modules``
-(``nn.Module`` wrappers).
+Layering: ``vocab`` (digit token ids) -> ``places`` (number spans, place weights) -> ``digits`` / ``hidden`` (the
+ten digit logits at each target, from logits or from hidden states) -> ``capture`` (from a Hugging Face causal
+LM's forward) -> ``losses`` (DEL) -> ``criteria`` (the paper's baselines and ablation).
 """
 
 from .criteria import (
@@ -24,7 +24,9 @@ from .criteria import (
     ntl_was_token_losses,
     token_nll,
 )
-from .digits import DigitTargets, GradientPath, digit_correct, digit_entropy, gather_digit_targets
+from .capture import DigitCaptureError, DigitLogitsCapture
+from .digits import DigitTargets, digit_correct, digit_entropy, digit_targets_from_logits
+from .hidden import digit_logits_from_hidden, digit_targets_from_hidden
 from .losses import Reduction, del_token_losses, digit_entropy_loss, reduce_token_losses
 from .places import (
     NOT_A_DIGIT,
@@ -65,7 +67,8 @@ __all__ = [
     "DigitTargets",
     "DigitVocab",
     "DigitVocabError",
-    "GradientPath",
+    "DigitCaptureError",
+    "DigitLogitsCapture",
     "MultiDigitTokenizerError",
     "NoDigitTokensError",
     "PlaceWeighting",
@@ -74,7 +77,9 @@ __all__ = [
     "digit_correct",
     "digit_entropy",
     "digit_entropy_loss",
-    "gather_digit_targets",
+    "digit_logits_from_hidden",
+    "digit_targets_from_hidden",
+    "digit_targets_from_logits",
     "next_token_places",
     "number_places",
     "place_weights",

@@ -6,7 +6,7 @@ count). Two kinds:
 
 * **Digit criteria** (``ntl_was``, ``ntl_mse``, ``dist2``, ``del``, ``del_dist``) are *added* to cross-entropy,
   ``L = CE + alpha * mean over digit targets``. They read the ``[..., 10]`` slice of
-  :func:`~del_plugin.core.digits.gather_digit_targets` only: ``p_hat = softmax`` over the ten logits of the
+  :class:`~del_plugin.core.digits.DigitTargets` only: ``p_hat = softmax`` over the ten logits of the
   target's digit family, ``y`` the target digit.
 
   - ``ntl_was``:  ``sum_k p_hat_k |y - k|``                       (Number Token Loss, Wasserstein form)
@@ -35,7 +35,7 @@ from typing import Literal, NamedTuple, get_args
 import torch
 import torch.nn.functional as F
 
-from .digits import DigitTargets, gather_digit_targets
+from .digits import DigitTargets, digit_targets_from_logits
 from .losses import Reduction, del_token_losses, reduce_token_losses
 from .places import NOT_A_DIGIT, PlaceWeighting, place_weights
 from .vocab import DigitVocab
@@ -194,11 +194,10 @@ def digit_criterion_loss(
     *,
     weighting: PlaceWeighting = PlaceWeighting(),
     dist2_tau: float = 1.0,
-    sparse_grad: bool = True,
 ) -> torch.Tensor:
     """``alpha`` times a digit criterion for aligned ``logits`` ``[..., V]``, ``labels`` and ``places``
     (``digit_entropy_loss`` for any criterion): mean over digit targets (0 when none), sum, or per position."""
-    targets = gather_digit_targets(logits, labels, vocab, sparse_grad=sparse_grad)
+    targets = digit_targets_from_logits(logits, labels, vocab)
     per_token = digit_criterion_token_losses(criterion, targets, places, weighting=weighting, dist2_tau=dist2_tau)
     return reduce_token_losses(per_token, targets.mask, reduction, alpha)
 

@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from .digits import DigitTargets, gather_digit_targets
+from .digits import DigitTargets, digit_targets_from_logits
 from .places import PlaceWeighting, place_weights
 from .vocab import DigitVocab
 
@@ -58,7 +58,6 @@ def digit_entropy_loss(
     reduction: Reduction = "mean",
     *,
     weighting: PlaceWeighting = PlaceWeighting(),
-    sparse_grad: bool = True,
 ) -> torch.Tensor:
     """``alpha * L_num`` for aligned ``logits`` ``[..., V]``, ``labels`` and ``places`` ``[...]``.
 
@@ -66,6 +65,6 @@ def digit_entropy_loss(
     ``"mean"`` over digit targets (0, not NaN, when there is none), ``"sum"``, or ``"none"`` for the per-position
     tensor with zeros off the digits. Computation is float32 on the ``[..., 10]`` digit slice only.
     """
-    targets = gather_digit_targets(logits, labels, vocab, sparse_grad=sparse_grad)
+    targets = digit_targets_from_logits(logits, labels, vocab)
     per_token = del_token_losses(targets, place_weights(places, weighting))
     return reduce_token_losses(per_token, targets.mask, reduction, alpha)

@@ -2,7 +2,7 @@
 
 Each reference solution is fed after its prompt, as in training; at every digit target of the solution the
 model's distribution over the ten digits of that target's family is read with DEL's own
-:func:`~del_plugin.core.gather_digit_targets`:
+:func:`~del_plugin.core.digit_targets_from_logits`:
 
 * ``digit_accuracy``: share of digit targets whose most likely digit is the target (:func:`digit_correct`);
 * ``mean_entropy``: mean entropy H(p_hat) of the ten-digit distribution, in nats (0 = certain, ln 10 = uniform);
@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from ..core import NOT_A_DIGIT, DigitVocab, digit_correct, digit_entropy, gather_digit_targets, next_token_places
+from ..core import NOT_A_DIGIT, DigitVocab, digit_correct, digit_entropy, digit_targets_from_logits, next_token_places
 from ..core.places import shift_to_next_token
 
 __all__ = ["ENTROPY_BINS", "ENTROPY_EDGES", "TeacherForcedStats", "teacher_forced_batches"]
@@ -112,7 +112,7 @@ def teacher_forced_batches(
             labels[row, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:], dtype=torch.long)
         logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
         aligned = shift_to_next_token(labels, -100).to(device)
-        targets = gather_digit_targets(logits, aligned, vocab, sparse_grad=False)
+        targets = digit_targets_from_logits(logits, aligned, vocab)
         entropy = digit_entropy(targets.logits)
         correct = digit_correct(targets)
         places = next_token_places(labels, vocab).to(device)

@@ -1,4 +1,5 @@
-"""Checks that the run's tokenizer splits numbers into single digits, early (at config validation)."""
+"""Early checks at config validation, before any model is loaded: the run's tokenizer splits numbers into single
+digits, and the model is an architecture whose digit logits DEL reads exactly from its hidden states."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import functools
 from axolotl.utils.logging import get_logger
 
 from .core import DigitVocab, DigitVocabError
+from .core.capture import DigitCaptureError, check_architecture
 
 LOG = get_logger(__name__)
 
@@ -41,3 +43,26 @@ def check_tokenizer_source(
              "y" if vocab.num_families == 1 else "ies",
              "" if vocab.decimal_point_id is not None else " and no '.' token")
     return vocab
+
+
+@functools.lru_cache(maxsize=16)
+def check_model_source(source: str, *, trust_remote_code: bool, revision: str | None) -> str | None:
+    """Load the model config at ``source`` and refuse an architecture DEL cannot read from hidden states; returns
+    the model type, or None (with a warning) when the config cannot be loaded here: the trainer checks the
+    loaded model again."""
+    from transformers import AutoConfig
+
+    kwargs = {"trust_remote_code": trust_remote_code}
+    if revision:
+        kwargs["revision"] = revision
+    try:
+        config = AutoConfig.from_pretrained(source, **kwargs)
+    except Exception as err:  # noqa: BLE001 - any load failure only postpones the check
+        LOG.warning("del_plugin: could not load the model config of %s to check its architecture now (%s); "
+                    "it is checked again when the trainer is built", source, err)
+        return None
+    try:
+        check_architecture(config)
+    except DigitCaptureError as err:
+        raise ValueError(f"del_plugin.DELPlugin: {source}: {err}") from err
+    return config.model_type

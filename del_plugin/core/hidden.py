@@ -1,0 +1,171 @@
+"""The digit logits from the final hidden states: ``z = h · W[digit ids]ᵀ``, without the ``[..., V]`` logits.
+
+A causal LM's logits are ``h · Wᵀ`` (``h`` the final norm's output, ``W`` the ``[V, H]`` head weight; no bias, no
+scaling, for the architectures the trainer accepts), so the ten logits of a digit family are ``h`` times ten rows
+of ``W``. Reading them this way costs ``N x H x 10F`` multiply-adds and never needs the full logits, so DEL works
+beside cross-entropy kernels that never materialise them (Cut Cross Entropy, Liger's fused linear
+cross-entropy).
+
+Precision. The product runs in float32 from the model's own ``h`` and ``W`` (bf16 or fp16 in mixed precision),
+with autocast off: the digit logits are then as exact as a float32 head would give, where the model's own
+bf16 logits are rounded to 8 significant bits (a step of 0.125 at a logit of 20) before any loss sees them.
+The float32 copy of ``h`` is made in blocks of ``_BLOCK_ROWS`` rows and not kept; the backward pass saves ``h``
+itself (the same tensor the head's backward saves) and the ``10F x H`` rows.
+
+Gradients. ``h`` gets ``dz · rows``. The head weight gets ``dzᵀ · h`` on its ``10F`` digit rows only: a plain
+``index_select`` would allocate a zero ``[V, H]`` gradient for them (1 GiB in bf16 for Qwen2.5-7B). Instead, for
+a parameter (a leaf tensor, as a model's head weight is, FSDP2's gathered one included), a hook on the weight
+adds the rows into the weight's summed gradient of the same backward pass, in place, before it is accumulated
+into ``.grad`` (so gradient accumulation, DDP and FSDP see one gradient). Beside cross-entropy, which always
+reaches the weight, that costs ``10F x H``; a digit loss on its own is added into ``.grad`` when the backward
+pass ends. A weight computed from a parameter (a cast, a view) gets an ordinary ``[V, H]`` gradient instead.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch.autograd import Variable
+
+from .digits import DigitTargets
+from .vocab import DigitVocab
+
+__all__ = ["digit_logits_from_hidden", "digit_targets_from_hidden", "select_digit_family"]
+
+# Rows of ``h`` upcast to float32 at a time: bounds the transient copy at _BLOCK_ROWS x H x 4 bytes.
+_BLOCK_ROWS = 4096
+
+
+def _rows_times(hidden: torch.Tensor, rows_t: torch.Tensor) -> torch.Tensor:
+    """``hidden.float() @ rows_t`` for ``hidden`` ``[N, H]`` in any float dtype and float32 ``rows_t`` ``[H, R]``."""
+    return torch.cat([block.float() @ rows_t for block in hidden.split(_BLOCK_ROWS)])
+
+
+def _grad_times(grad: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """``grad.T @ hidden.float()`` (``[R, H]``) for float32 ``grad`` ``[N, R]`` and ``hidden`` ``[N, H]``."""
+    out = grad.new_zeros(grad.shape[1], hidden.shape[1])
+    for g, h in zip(grad.split(_BLOCK_ROWS), hidden.split(_BLOCK_ROWS)):
+        out.addmm_(g.t(), h.float())
+    return out
+
+
+class _WeightRowGradient:
+    """Adds the digit rows' gradient into the head weight's summed gradient, in the same backward pass."""
+
+    def __init__(self, weight: torch.Tensor):
+        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.weight = weakref.ref(weight)
+        self.handle = weight.register_hook(self)
+
+    def _add_pending(self, grad: torch.Tensor) -> None:
+        while self.pending:
+            ids, rows = self.pending.pop()
+            grad.index_add_(0, ids, rows.to(grad.dtype))
+
+    def __call__(self, grad: torch.Tensor | None) -> torch.Tensor | None:
+        self.handle.remove()
+        if grad is None or not self.pending:  # None: nothing else reached the weight; see end_of_backward
+            return grad
+        if 0 in grad.stride():  # an expanded (broadcast) gradient: writing into it would write many places
+            grad = grad.contiguous()
+        self._add_pending(grad)
+        return grad
+
+    def end_of_backward(self) -> None:
+        """Queued by the digit logits' backward. Rows still pending mean no other loss reached the weight (DEL on
+        its own): accumulate them into the leaf's ``.grad`` directly, the one case that needs a ``[V, H]`` zero."""
+        if not self.pending:
+            return
+        self.handle.remove()
+        weight = self.weight()
+        if weight is None:
+            self.pending.clear()
+            return
+        with torch.no_grad():
+            if weight.grad is None:
+                weight.grad = torch.zeros_like(weight)
+            self._add_pending(weight.grad)
+
+
+class _HiddenDigitLogits(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, row_ids, sink):  # type: ignore[override]
+        rows = weight.detach().index_select(0, row_ids)  # [R, H]
+        ctx.save_for_backward(hidden, rows, row_ids)
+        ctx.sink, ctx.weight_shape = sink, weight.shape
+        flat = hidden.detach().reshape(-1, hidden.shape[-1])
+        return _rows_times(flat, rows.float().t()).view(*hidden.shape[:-1], rows.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad_z):  # type: ignore[override]
+        hidden, rows, row_ids = ctx.saved_tensors
+        flat_grad = grad_z.reshape(-1, grad_z.shape[-1]).float()
+        grad_hidden = None
+        if ctx.needs_input_grad[0]:
+            grad_hidden = (flat_grad @ rows.float()).to(hidden.dtype).view(hidden.shape)
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            row_grad = _grad_times(flat_grad, hidden.reshape(-1, hidden.shape[-1]))  # [R, H]
+            if ctx.sink is not None:
+                ctx.sink.pending.append((row_ids, row_grad))
+                Variable._execution_engine.queue_callback(ctx.sink.end_of_backward)
+            else:  # a weight computed from a parameter (a cast, a view): a plain gradient through autograd
+                grad_weight = torch.zeros(ctx.weight_shape, dtype=rows.dtype, device=rows.device)
+                grad_weight.index_add_(0, row_ids, row_grad.to(rows.dtype))
+        return grad_hidden, grad_weight, None, None
+
+
+def digit_logits_from_hidden(hidden: torch.Tensor, head_weight: torch.Tensor, vocab: DigitVocab) -> torch.Tensor:
+    """The logits of every digit token, ``[..., F, 10]`` float32, from hidden states ``[..., H]``.
+
+    ``hidden`` is what the LM head reads (the final norm's output) and ``head_weight`` its ``[V, H]`` weight;
+    ``out[..., f, d]`` is the logit of digit ``d`` of family ``f`` (``vocab.family_token_ids``). Equal to
+    ``(hidden @ head_weight.T)[..., ids]`` in float32 (module docstring); differentiable in both inputs, with the
+    weight's gradient added in place on its digit rows.
+    """
+    if head_weight.dim() != 2 or head_weight.shape[0] == 0 or head_weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(
+            f"the head weight {tuple(head_weight.shape)} is not the [vocab, hidden] matrix of hidden states "
+            f"{tuple(hidden.shape)}; a weight sharded by FSDP or partitioned by DeepSpeed ZeRO-3 must be gathered first"
+        )
+    if not (head_weight.is_floating_point() and hidden.is_floating_point()):
+        raise TypeError(
+            f"the head weight ({head_weight.dtype}) and hidden states ({hidden.dtype}) must be floating point; a "
+            "quantised LM head cannot be read row by row"
+        )
+    ids = vocab.family_ids(hidden.device)
+    if int(ids.max()) >= head_weight.shape[0]:
+        raise ValueError(
+            f"digit token id {int(ids.max())} of {vocab.name} is outside the head's {head_weight.shape[0]} rows: the "
+            "tokenizer and the model do not match"
+        )
+    sink = None
+    if head_weight.requires_grad and head_weight.is_leaf and torch.is_grad_enabled():
+        sink = _WeightRowGradient(head_weight)
+    with torch.autocast(device_type=hidden.device.type, enabled=False):
+        z = _HiddenDigitLogits.apply(hidden, head_weight, ids.reshape(-1), sink)
+    return z.unflatten(-1, tuple(ids.shape))
+
+
+def select_digit_family(digit_logits: torch.Tensor, targets: torch.Tensor, vocab: DigitVocab) -> DigitTargets:
+    """The ten logits of each target's own digit family from ``[..., F, 10]`` digit logits, aligned with
+    ``targets`` (``digit_logits[..., t, :, :]`` predicts ``targets[..., t]``)."""
+    if digit_logits.shape[:-2] != targets.shape or digit_logits.shape[-2:] != (vocab.num_families, 10):
+        raise ValueError(
+            f"digit logits {tuple(digit_logits.shape)} do not match targets {tuple(targets.shape)} and "
+            f"{vocab.num_families} digit famil{'y' if vocab.num_families == 1 else 'ies'} of 10"
+        )
+    digit, family = vocab.classify(targets)
+    index = family.clamp(min=0)[..., None, None].expand(*targets.shape, 1, 10)
+    z = digit_logits.gather(-2, index).squeeze(-2)
+    return DigitTargets(z.to(torch.promote_types(z.dtype, torch.float32)), digit.clamp(min=0), digit >= 0)
+
+
+def digit_targets_from_hidden(
+    hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor, vocab: DigitVocab
+) -> DigitTargets:
+    """:class:`DigitTargets` for aligned ``targets`` from hidden states and the head weight (see
+    :func:`digit_logits_from_hidden`); the same as :func:`~del_plugin.core.digits.digit_targets_from_logits` on
+    ``hidden @ head_weight.T`` without computing it."""
+    return select_digit_family(digit_logits_from_hidden(hidden, head_weight, vocab), targets, vocab)

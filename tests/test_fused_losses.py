@@ -1,0 +1,186 @@
+"""DEL beside the cross-entropy kernels that never return logits: Liger's fused linear cross-entropy (its real
+``lce_forward`` for llama, mistral and qwen2, only the Triton kernels replaced by eager torch on this CPU, see
+tests/fused_kernels.py) and the Cut Cross Entropy fork's forward (a faithful CPU copy: the fork is not on PyPI).
+
+LoRA gradients of CE + DEL, DEL read from the hidden states under the fused forward, equal those of the plain
+forward with DEL read from its logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fake_vocab import VOCAB, V, encode
+from fused_kernels import CALLS, cce_style_forward, liger_on_cpu, restored_forwards
+
+from del_plugin.core import (
+    DigitCaptureError,
+    DigitLogitsCapture,
+    del_token_losses,
+    digit_targets_from_logits,
+    next_token_places,
+    place_weights,
+    shift_to_next_token,
+)
+
+H = 24
+TEXT = "it costs 12.75 and 3,040 more: 1.5"
+
+
+def tiny_lora_model(model_type: str, *, head_lora: bool = False):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+
+    config_class = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[model_type]
+    config = config_class(vocab_size=V, hidden_size=H, intermediate_size=48, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                          pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(11)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    targets = ["q_proj", "v_proj", "down_proj"] + (["lm_head"] if head_lora else [])
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.2)
+    return model
+
+
+def batch() -> dict:
+    labels = torch.stack([encode(TEXT), encode(TEXT[::-1])])
+    labels[0, :5] = -100
+    ids = torch.where(labels == -100, 3, labels)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+def ce_plus_del(model, *, from_logits: bool, alpha: float = 0.5, train: bool = True):
+    """(loss, logits returned?, LoRA gradients) of the model's own CE + alpha * DEL on one batch."""
+    inputs = batch()
+    targets = shift_to_next_token(inputs["labels"], -100)
+    places = next_token_places(inputs["labels"], VOCAB)
+    model.train(train)
+    model.zero_grad(set_to_none=True)
+    capture = DigitLogitsCapture(model, VOCAB)
+    with capture:
+        out = model(**inputs)
+    digits = digit_targets_from_logits(out.logits, targets, VOCAB) if from_logits else capture.digit_targets(targets)
+    capture.remove()
+    loss = out.loss + alpha * del_token_losses(digits, place_weights(places)).sum() / digits.mask.sum()
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), out.logits is not None, grads
+
+
+def assert_same(reference, fused):
+    ref_loss, ref_has_logits, ref_grads = reference
+    loss, has_logits, grads = fused
+    assert ref_has_logits and not has_logits  # the fused path really ran without logits
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-5)
+    assert grads.keys() == ref_grads.keys() and any("lora_A" in n for n in grads)
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2"])
+def test_liger_fused_linear_cross_entropy(model_type):
+    from liger_kernel.transformers import monkey_patch
+
+    model = tiny_lora_model(model_type)
+    reference = ce_plus_del(model, from_logits=True)
+    with restored_forwards(), liger_on_cpu():
+        getattr(monkey_patch, f"apply_liger_kernel_to_{model_type}")(
+            fused_linear_cross_entropy=True, cross_entropy=False, rope=False, rms_norm=False, swiglu=False)
+        fused = ce_plus_del(model, from_logits=False)
+    assert_same(reference, fused)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2"])
+def test_cut_cross_entropy_forward_in_training_and_eval(model_type):
+    model = tiny_lora_model(model_type)
+    reference = ce_plus_del(model, from_logits=True)
+    with restored_forwards():
+        type(model.get_base_model()).forward = cce_style_forward
+        assert_same(reference, ce_plus_del(model, from_logits=False))
+        # CCE returns no logits in evaluation either; the digit logits are still read
+        model.eval()
+        capture = DigitLogitsCapture(model, VOCAB)
+        inputs = batch()
+        with torch.no_grad(), capture:
+            out = model(**inputs)
+        assert out.logits is None
+        digits = capture.digit_targets(shift_to_next_token(inputs["labels"], -100))
+        assert digits.mask.sum() > 0 and torch.isfinite(digits.logits).all()
+
+
+def test_fused_forward_with_lora_on_the_head_is_refused():
+    model = tiny_lora_model("llama", head_lora=True)
+    with restored_forwards(), liger_on_cpu():
+        from liger_kernel.transformers import monkey_patch
+
+        monkey_patch.apply_liger_kernel_to_llama(fused_linear_cross_entropy=True, rope=False, rms_norm=False,
+                                                 swiglu=False)
+        with pytest.raises(DigitCaptureError, match="did not run in this forward pass"):
+            ce_plus_del(model, from_logits=False)
+
+
+def test_restored_forwards_undoes_the_patches():
+    from transformers import LlamaForCausalLM
+
+    original = LlamaForCausalLM.forward
+    with restored_forwards():
+        LlamaForCausalLM.forward = cce_style_forward
+    assert LlamaForCausalLM.forward is original
+
+
+# ------------------------------------------------------------------------------ in-process Axolotl runs
+@pytest.fixture(scope="module")
+def axolotl_data(tmp_path_factory):
+    from del_plugin.assets import gsm8k_rows, tiny_model_dir
+    from del_plugin.cpu import write_alpaca_jsonl
+
+    return tiny_model_dir("llama-spm"), write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "d.jsonl", gsm8k_rows(16))
+
+
+PARTS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
+LIGER = "axolotl.integrations.liger.LigerPlugin"
+
+
+def run_logged(tmp_path, data, **overrides):
+    from axolotl_helpers import cpu_config, eval_logs, run_axolotl, train_logs
+
+    model_dir, dataset = data
+    cfg = cpu_config(tmp_path, model_dir, dataset, val_set_size=0.25, eval_steps=2, max_steps=2, **overrides)
+    trainer = run_axolotl(cfg)
+    return train_logs(trainer), eval_logs(trainer)
+
+
+def assert_logs_match(runs: dict, reference: str = "plain"):
+    ref_train, ref_eval = runs[reference]
+    for name, (train, evals) in runs.items():
+        assert len(train) == len(ref_train) == 2 and len(evals) == len(ref_eval) >= 1, name
+        for prefix, got, want in [("", train[0], ref_train[0]), ("eval_", evals[-1], ref_eval[-1])]:
+            for key in ("loss",) + PARTS:
+                assert got[prefix + key] == pytest.approx(want[prefix + key], rel=1e-4, abs=1e-6), (name, key)
+            assert got[prefix + "ce_loss"] + got[prefix + "del_loss"] == pytest.approx(got[prefix + "loss"], rel=1e-5)
+            assert got[prefix + "digit_targets"] > 0 and got[prefix + "del_loss"] > 0
+
+
+@pytest.mark.e2e
+def test_axolotl_with_every_cross_entropy_kernel(tmp_path, axolotl_data):
+    """The same DEL run with plain, chunked, Liger's fused linear and Liger's cross-entropy (eager kernels), and
+    the Cut Cross Entropy forward: every DEL metric is logged in training and evaluation, with the same values."""
+    from transformers import LlamaForCausalLM
+
+    runs = {"plain": run_logged(tmp_path / "plain", axolotl_data),
+            "chunked": run_logged(tmp_path / "chunked", axolotl_data, chunked_cross_entropy=True)}
+    for name, key in (("liger_flce", "liger_fused_linear_cross_entropy"), ("liger_ce", "liger_cross_entropy")):
+        before = CALLS["liger_cross_entropy_kernel"]
+        with restored_forwards(), liger_on_cpu():
+            runs[name] = run_logged(tmp_path / name, axolotl_data, plugins=[LIGER, "del_plugin.DELPlugin"], **{key: True})
+            patched = LlamaForCausalLM.forward.__module__
+        assert CALLS["liger_cross_entropy_kernel"] > before, name  # Liger's loss ran, not transformers'
+        assert (patched == "liger_kernel.transformers.model.llama") == (name == "liger_flce")
+    before = CALLS["cce_style_forward"]
+    with restored_forwards():
+        LlamaForCausalLM.forward = cce_style_forward
+        runs["cce_forward"] = run_logged(tmp_path / "cce", axolotl_data)
+    assert CALLS["cce_style_forward"] > before
+    assert_logs_match(runs)

@@ -1,15 +1,23 @@
-"""Config keys of the DEL plugin, validated with the rest of the Axolotl config (before any model is loaded)."""
+"""Config keys of the DEL plugin, validated with the rest of the Axolotl config, before any model is loaded.
+
+The fields come from the criteria registry (:data:`~del_plugin.core.criteria.CRITERIA`), the place weights
+(:class:`~del_plugin.core.places.PlaceWeighting`) and :class:`~del_plugin.hf.settings.DELSettings`, which hold the
+defaults and bounds; each validator below checks one rule and is named for it.
+"""
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
-from typing import Any
+from typing import Any, Literal
 
 from axolotl.utils.logging import get_logger
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
-from .core.criteria import TOKEN_CRITERIA, Criterion
+from .core.criteria import CRITERIA
+from .core.places import PlaceWeighting
+from .hf.settings import DEFAULT_ALPHA, DELSettings
 
 LOG = get_logger(__name__)
 
@@ -35,7 +43,7 @@ def fused_cross_entropy(data: dict) -> list[str]:
 def lora_targets_head(targets: Any) -> bool:
     """Whether ``lora_target_modules`` (a list of names, or one regex as PEFT reads it) selects ``lm_head``."""
     if isinstance(targets, str):
-        return re.fullmatch(targets, "lm_head") is not None or targets == "lm_head"
+        return re.fullmatch(targets, "lm_head") is not None
     return any(str(t) == "lm_head" or str(t).endswith(".lm_head") for t in targets or [])
 
 
@@ -49,151 +57,161 @@ def zero_stage(deepspeed: Any) -> int | None:
             return 3 if "zero3" in deepspeed.replace("_", "").lower() else None
     if isinstance(deepspeed, dict):
         stage = (deepspeed.get("zero_optimization") or {}).get("stage")
-        return int(stage) if isinstance(stage, (int, float, str)) and str(stage).isdigit() else None
+        return int(stage) if str(stage).isdigit() else None
     return None
 
 
-class DELArgs(BaseModel):
-    """Input args for the Digit Entropy Loss."""
+def _refuse(problem: str) -> None:
+    raise ValueError(f"{PLUGIN_NAME}: {problem}.")
 
-    del_alpha: float = Field(
-        default=0.1,
-        ge=0.0,
-        json_schema_extra={
-            "description": "Weight of the digit loss: L = CE + del_alpha * L_num, with L_num the mean over all "
-            "digit targets of an optimizer step (all micro-batches and GPUs). 0 trains with cross-entropy alone "
-            "and still logs the digit metrics. To reproduce the reference scripts, see the README's conversion."
-        },
-    )
-    del_place_weighting: bool = Field(
-        default=True,
-        json_schema_extra={
-            "description": "Weight each digit by its place in the number (u = slope*(i+1) for integer place i, "
-            "base**(i-1) for decimal places). false: every digit weighs 1."
-        },
-    )
-    del_integer_slope: float = Field(
-        default=2.0,
-        gt=0.0,
-        json_schema_extra={"description": "Slope of the integer-place weight u = slope*(i+1) (paper: 2)."},
-    )
-    del_decimal_base: float = Field(
-        default=1.02,
-        gt=0.0,
-        json_schema_extra={"description": "Base of the decimal-place weight u = base**(i-1) (paper: 1.02)."},
-    )
-    del_criterion: Criterion = Field(
-        default="del",
-        json_schema_extra={
-            "description": "Training criterion (the DEL paper's ablation, see docs/criteria.md). Digit criteria "
-            "(ntl_was, ntl_mse, dist2, del, del_dist): L = CE + del_alpha * mean over digit targets. mixce and emo "
-            "replace cross-entropy: per token (1 - del_alpha) * NLL + del_alpha * criterion (del_alpha: 1 is the "
-            "published criterion; must be set explicitly, in [0, 1]). mle: cross-entropy alone (del_alpha unused); "
-            "every criterion logs the same digit metrics."
-        },
-    )
-    del_mixce_eta: float = Field(
-        default=0.5,
-        ge=0.0,
-        le=1.0,
-        json_schema_extra={
-            "description": "MixCE mixing ratio eta in [0, 1]: eta * NLL + (1 - eta) * sg[exp(-NLL)] * NLL "
-            "(del_criterion: mixce only; 1 is plain cross-entropy)."
-        },
-    )
-    del_dist2_tau: float = Field(
-        default=1.0,
-        gt=0.0,
-        json_schema_extra={
-            "description": "DIST2 temperature tau > 0 of the target q = softmax_k(-(y - k)^2 / tau) "
-            "(del_criterion: dist2 only; paper: 1)."
-        },
-    )
+
+def _criterion(data: dict) -> str | None:
+    """The configured criterion, or None when it is not one (the ``del_criterion`` field then says so)."""
+    criterion = data.get("del_criterion") or DELSettings.criterion
+    return criterion if criterion in CRITERIA else None
+
+
+def _field_definitions() -> dict[str, Any]:
+    weighting = PlaceWeighting()
+    number = dict(allow_inf_nan=False)
+    fields: dict[str, Any] = {
+        "del_alpha": (float, Field(default=DEFAULT_ALPHA, **number, json_schema_extra={"description": (
+            "Weight of the digit term: L = CE + del_alpha * L_num, L_num the mean over all digit targets of an "
+            "optimizer step (all micro-batches and GPUs), in [0, 100]; 0 trains with cross-entropy alone and still "
+            "logs the digit metrics. For mixce / emo: the interpolation (1 - del_alpha) * CE + del_alpha * "
+            "criterion, in [0, 1], required. To reproduce the reference scripts, see the README's conversion.")})),
+        "del_criterion": (Literal[tuple(CRITERIA)], Field(default=DELSettings.criterion, json_schema_extra={
+            "description": f"Training criterion, one of {', '.join(CRITERIA)} (docs/criteria.md)."})),
+        "del_place_weighting": (bool, Field(default=weighting.enabled, json_schema_extra={"description": (
+            "Weight each digit by its place in the number (u = slope*(i+1) for integer place i, base**(i-1) for "
+            "decimal places). false: every digit weighs 1.")})),
+        "del_integer_slope": (float, Field(default=weighting.integer_slope, **number, json_schema_extra={
+            "description": "Slope of the integer-place weight u = slope*(i+1), in (0, 100] (paper: 2)."})),
+        "del_decimal_base": (float, Field(default=weighting.decimal_base, **number, json_schema_extra={
+            "description": "Base of the decimal-place weight u = base**(i-1), in [1, 10] (paper: 1.02)."})),
+    }
+    for spec in CRITERIA.values():
+        for param in spec.params:
+            fields[param.key] = (float, Field(default=param.default, **number, json_schema_extra={
+                "description": f"{param.doc}; del_criterion: {spec.name} only."}))
+    return fields
+
+
+_FIELDS = _field_definitions()
+_NUMBER_KEYS = tuple(key for key, (kind, _) in _FIELDS.items() if kind is float)
+
+
+class _DELValidators(BaseModel):
+    """The rules a field's own type cannot express, one validator per rule."""
+
+    @field_validator(*_NUMBER_KEYS, mode="before", check_fields=False)
+    @classmethod
+    def refuse_booleans_as_numbers(cls, value: Any, info) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"`{info.field_name}` must be a number, not a boolean ({value})")
+        return value
 
     @model_validator(mode="before")
     @classmethod
-    def check_criterion_keys(cls, data: Any) -> Any:
-        """Criterion-specific rules that a field's own bounds cannot express."""
+    def refuse_unknown_del_keys(cls, data: Any) -> Any:
+        """A misspelled ``del_`` key would otherwise be dropped silently and its default used."""
         if not isinstance(data, dict) or not plugin_enabled(data):
             return data
-        criterion = data.get("del_criterion") or "del"
-        problems = []
-        if criterion in TOKEN_CRITERIA:
-            alpha = data.get("del_alpha")
-            if alpha is None:
-                problems.append(
-                    f"`del_criterion: {criterion}` replaces cross-entropy and reads `del_alpha` as the interpolation "
-                    f"(1 - del_alpha) * CE + del_alpha * {criterion}; set it explicitly (`del_alpha: 1.0` trains "
-                    f"with {criterion} as published) instead of inheriting DEL's default"
-                )
-            elif isinstance(alpha, (int, float)) and not 0.0 <= float(alpha) <= 1.0:
-                problems.append(
-                    f"`del_alpha: {alpha}` is outside [0, 1]; with `del_criterion: {criterion}` it interpolates "
-                    f"(1 - del_alpha) * CE + del_alpha * {criterion}"
-                )
-            if data.get("label_smoothing_factor"):
-                problems.append(
-                    f"`label_smoothing_factor` and `del_criterion: {criterion}` both replace the cross-entropy; "
-                    "remove one"
-                )
-            for key in ("use_dft", "use_eaft"):
-                if data.get(key):
-                    problems.append(
-                        f"`{key}: true` installs its own loss function, as `del_criterion: {criterion}` does; "
-                        "use one"
-                    )
-        if problems:
-            raise ValueError(f"{PLUGIN_NAME}: " + "; ".join(problems) + ".")
-        for key, owner in (("del_mixce_eta", "mixce"), ("del_dist2_tau", "dist2")):
-            if data.get(key) is not None and criterion != owner:
-                LOG.warning("del_plugin: `%s` only applies to `del_criterion: %s`; it is ignored with `%s`",
-                            key, owner, criterion)
-        if criterion == "mle" and data.get("del_alpha") not in (None, 0, 0.0):
-            LOG.warning("del_plugin: `del_criterion: mle` trains with cross-entropy alone; `del_alpha` is ignored")
+        known = set(DELArgs.model_fields)
+        unknown = sorted(k for k in data if isinstance(k, str) and k.startswith("del_") and k not in known)
+        if unknown:
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hints.append(f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
+            _refuse(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; the DEL keys are "
+                    f"{', '.join(sorted(known))}")
         return data
 
     @model_validator(mode="before")
     @classmethod
-    def check_compatible_with_del(cls, data: Any) -> Any:
+    def check_criterion_settings(cls, data: Any) -> Any:
+        """The criterion, its weight and parameters and the place weights, with the reason for each bound."""
+        if not isinstance(data, dict) or not plugin_enabled(data) or _criterion(data) is None:
+            return data
+        try:
+            DELSettings.from_config(data)
+        except (TypeError, ValueError) as err:
+            _refuse(str(err))
+        criterion = _criterion(data)
+        for spec in CRITERIA.values():
+            for param in spec.params:
+                if data.get(param.key) is not None and spec.name != criterion:
+                    LOG.warning("del_plugin: `%s` only applies to `del_criterion: %s`; it is not used with `%s`",
+                                param.key, spec.name, criterion)
+        if CRITERIA[criterion].kind == "none" and data.get("del_alpha") not in (None, 0, 0.0):
+            LOG.warning("del_plugin: `del_criterion: mle` trains with cross-entropy alone; `del_alpha` is not used")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def refuse_other_losses_with_token_criteria(cls, data: Any) -> Any:
+        """mixce / emo replace the cross-entropy: another replacement, or a kernel that never runs, is refused."""
         if not isinstance(data, dict) or not plugin_enabled(data):
             return data
-        problems = []
-        criterion = data.get("del_criterion") or "del"
+        criterion = _criterion(data)
+        if criterion is None or CRITERIA[criterion].kind != "token":
+            return data
+        if data.get("label_smoothing_factor"):
+            _refuse(f"`label_smoothing_factor` and `del_criterion: {criterion}` both replace the cross-entropy; "
+                    "remove one")
+        for key in ("use_dft", "use_eaft"):
+            if data.get(key):
+                _refuse(f"`{key}: true` installs its own loss function, as `del_criterion: {criterion}` does; use one")
+        kernels = fused_cross_entropy(data) + [k for k in ("liger_cross_entropy", "chunked_cross_entropy")
+                                               if data.get(k)]
+        if kernels:
+            _refuse(f"`del_criterion: {criterion}` replaces the cross-entropy with a loss on the full softmax over "
+                    f"the vocabulary, so {', '.join(f'`{k}`' for k in kernels)} would not run (and a fused kernel's "
+                    "memory saving would be lost); use a digit criterion (del, del_dist, ntl_was, ntl_mse, dist2, "
+                    "mle) with it, or remove it")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def refuse_lora_head_with_fused_loss(cls, data: Any) -> Any:
+        """Fused kernels read ``lm_head.weight`` (the base weight): a LoRA adapter on the head would not train."""
+        if not isinstance(data, dict) or not plugin_enabled(data):
+            return data
         fused = fused_cross_entropy(data)
-        if criterion in TOKEN_CRITERIA:
-            for key in fused + [k for k in ("liger_cross_entropy", "chunked_cross_entropy") if data.get(k)]:
-                problems.append(
-                    f"`del_criterion: {criterion}` replaces the cross-entropy with a loss on the full softmax over "
-                    f"the vocabulary, so `{key}` would not run (and a fused kernel's memory saving would be lost); "
-                    "use a digit criterion (del, del_dist, ntl_was, ntl_mse, dist2, mle) with it, or remove it"
-                )
         if fused and lora_targets_head(data.get("lora_target_modules")):
-            problems.append(
-                f"a LoRA adapter on lm_head (`lora_target_modules`) with {' and '.join(f'`{k}`' for k in fused)}: "
-                "the fused kernel reads lm_head.weight, which is the base weight without the adapter, so the "
-                "cross-entropy would train without it while DEL and evaluation see it; train the head with "
-                "`lora_modules_to_save: [lm_head]` instead, or use plain cross-entropy"
-            )
-        if zero_stage(data.get("deepspeed")) == 3:
-            problems.append(
-                "DeepSpeed ZeRO-3 partitions the LM head weight, and DEL reads ten of its rows in the forward pass; "
-                "use ZeRO-2 (`deepspeed: deepspeed_configs/zero2.json`) or FSDP"
-            )
+            _refuse(f"a LoRA adapter on lm_head (`lora_target_modules`) with {' and '.join(f'`{k}`' for k in fused)}: "
+                    "the fused kernel reads lm_head.weight, the base weight without the adapter, so the "
+                    "cross-entropy would train without it while DEL and evaluation see it; train the head with "
+                    "`lora_modules_to_save: [lm_head]` instead, or use plain cross-entropy")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def refuse_deepspeed_zero3(cls, data: Any) -> Any:
+        """ZeRO-3 partitions the head weight, whose digit rows DEL reads inside the forward."""
+        if isinstance(data, dict) and plugin_enabled(data) and zero_stage(data.get("deepspeed")) == 3:
+            _refuse("DeepSpeed ZeRO-3 partitions the LM head weight, and DEL reads ten of its rows in the forward "
+                    "pass; use ZeRO-2 (`deepspeed: deepspeed_configs/zero2.json`) or FSDP")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def refuse_modes_other_than_sft(cls, data: Any) -> Any:
+        """DEL's trainer does supervised fine-tuning; other modes would silently run without it."""
+        if not isinstance(data, dict) or not plugin_enabled(data):
+            return data
         if data.get("rl") or data.get("reward_model") or data.get("process_reward_model"):
             kind = "rl: " + str(data.get("rl")) if data.get("rl") else "reward modelling"
-            problems.append(f"DEL applies to supervised fine-tuning only, but this config trains with {kind}")
+            _refuse(f"DEL applies to supervised fine-tuning only, but this config trains with {kind}")
         if data.get("kd_trainer"):
-            problems.append("DEL and knowledge distillation (`kd_trainer`) each need their own trainer; use one")
+            _refuse("DEL and knowledge distillation (`kd_trainer`) each need their own trainer; use one")
         if data.get("trainer_cls"):
-            problems.append(
-                f"`trainer_cls: {data['trainer_cls']}` would be replaced by DEL's trainer; remove it or the plugin"
-            )
+            _refuse(f"`trainer_cls: {data['trainer_cls']}` would be replaced by DEL's trainer; remove it or the plugin")
         if (data.get("context_parallel_size") or 1) > 1 or (data.get("sequence_parallel_degree") or 1) > 1:
-            problems.append("DEL does not support sequence/context parallelism; set context_parallel_size: 1")
+            _refuse("DEL does not support sequence/context parallelism; set context_parallel_size: 1")
         if data.get("orpo_alpha"):
-            problems.append("DEL does not support ORPO (`orpo_alpha`)")
-        if problems:
-            raise ValueError(f"{PLUGIN_NAME}: " + "; ".join(problems) + ".")
+            _refuse("DEL does not support ORPO (`orpo_alpha`)")
         return data
 
     @model_validator(mode="after")
@@ -205,11 +223,8 @@ class DELArgs(BaseModel):
         if source:
             from .source_checks import check_model_source
 
-            check_model_source(
-                str(source),
-                trust_remote_code=bool(getattr(self, "trust_remote_code", False)),
-                revision=getattr(self, "revision_of_model", None),
-            )
+            check_model_source(str(source), trust_remote_code=bool(getattr(self, "trust_remote_code", False)),
+                               revision=getattr(self, "revision_of_model", None))
         return self
 
     @model_validator(mode="after")
@@ -221,10 +236,11 @@ class DELArgs(BaseModel):
         if source:
             from .source_checks import check_tokenizer_source
 
-            check_tokenizer_source(
-                str(source),
-                use_fast=getattr(self, "tokenizer_use_fast", None),
-                trust_remote_code=bool(getattr(self, "trust_remote_code", False)),
-                revision=getattr(self, "revision_of_model", None),
-            )
+            check_tokenizer_source(str(source), use_fast=getattr(self, "tokenizer_use_fast", None),
+                                   trust_remote_code=bool(getattr(self, "trust_remote_code", False)),
+                                   revision=getattr(self, "revision_of_model", None))
         return self
+
+
+DELArgs = create_model("DELArgs", __base__=_DELValidators, __doc__="Input args for the Digit Entropy Loss.",
+                       **_FIELDS)

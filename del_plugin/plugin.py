@@ -23,7 +23,9 @@ class DELPlugin(BasePlugin):
             return
         from axolotl.loaders.tokenizer import load_tokenizer
 
-        from .core import DigitVocab, DigitVocabError
+        from .core import DigitVocab
+
+        from .core.vocab import DigitVocabError
 
         try:
             DigitVocab.from_tokenizer(load_tokenizer(cfg), name=cfg.tokenizer_config or cfg.base_model)

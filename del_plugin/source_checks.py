@@ -7,7 +7,9 @@ import functools
 
 from axolotl.utils.logging import get_logger
 
-from .core import DigitVocab, DigitVocabError
+from .core import DigitVocab
+
+from .core.vocab import DigitVocabError
 from .core.capture import DigitCaptureError, check_architecture
 
 LOG = get_logger(__name__)

@@ -11,7 +11,8 @@ from del_plugin.assets import gsm8k_rows
 
 from del_plugin.assets import load_tokenizer
 from del_plugin.collator import TARGET_PLACES_KEY, NumberSpanCollator
-from del_plugin.core import NOT_A_DIGIT, DigitVocab, number_places, shift_to_next_token
+from del_plugin.core import DigitVocab, number_places, shift_to_next_token
+from del_plugin.core.places import NOT_A_DIGIT
 
 
 @pytest.fixture(scope="module")

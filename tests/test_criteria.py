@@ -14,23 +14,19 @@ import torch.nn.functional as F
 import yaml
 from fake_vocab import VOCAB, V, encode
 
-from del_plugin.core import (
-    CRITERIA,
+from del_plugin.core import CRITERIA, PlaceWeighting, digit_criterion_loss, digit_targets_from_logits, number_places
+from del_plugin.core.criteria import (
     DIGIT_CRITERIA,
-    NOT_A_DIGIT,
     TOKEN_CRITERIA,
-    PlaceWeighting,
-    criterion_token_losses,
-    digit_criterion_loss,
-    digit_criterion_token_losses,
+    digit_criterion_terms,
     dist2_place_weights,
     emo_cost_embedding,
     emo_token_losses,
-    digit_targets_from_logits,
     mixce_token_losses,
-    number_places,
+    token_criterion_terms,
     token_nll,
 )
+from del_plugin.core.places import NOT_A_DIGIT
 
 LN2 = math.log(2.0)
 SQRT2 = math.sqrt(2.0)
@@ -49,9 +45,17 @@ def logits_for(labels: torch.Tensor, digit_logits: dict[int, list[float]] | None
 def per_token(criterion, text, digit_logits=None, **kwargs):
     labels = encode(text)
     places = number_places(labels, VOCAB)
-    return digit_criterion_loss(
-        criterion, logits_for(labels, digit_logits), labels, places, VOCAB, reduction="none", **kwargs
-    )
+    return digit_criterion_loss(criterion, digit_targets_from_logits(logits_for(labels, digit_logits), labels, VOCAB), places, reduction="none", **kwargs)
+
+
+def emo_state(criterion: str, weight: torch.Tensor) -> dict:
+    """What ``CRITERIA[criterion].prepare`` builds for a model with this output embedding (EMO's cost embedding)."""
+    return {"cost_embedding": emo_cost_embedding(weight)} if criterion == "emo" else {}
+
+
+def own_params(criterion: str, **params) -> dict:
+    """The subset of ``params`` that ``criterion`` takes (the registry refuses the others)."""
+    return {k: v for k, v in params.items() if k in {p.name for p in CRITERIA[criterion].params}}
 
 
 def peaked(digit: int) -> list[float]:
@@ -102,7 +106,7 @@ def test_dist2_is_zero_when_the_model_predicts_its_target():
     z = [-((3 - k) ** 2) / 0.5 for k in range(10)]
     places = number_places(labels, VOCAB)
     logits = logits_for(labels, {1: z})
-    out = digit_criterion_loss("dist2", logits, labels, places, VOCAB, reduction="none", dist2_tau=0.5)
+    out = digit_criterion_loss("dist2", digit_targets_from_logits(logits, labels, VOCAB), places, reduction="none", dist2_tau=0.5)
     assert out.abs().max().item() < 1e-6
 
 
@@ -123,7 +127,7 @@ def test_del_matches_the_existing_digit_entropy_loss():
     labels = encode("pay 1,234.50 for ⁷8 items")
     places = number_places(labels, VOCAB)
     logits = torch.randn(labels.numel(), V) * 3
-    ours = digit_criterion_loss("del", logits, labels, places, VOCAB, alpha=0.3)
+    ours = digit_criterion_loss("del", digit_targets_from_logits(logits, labels, VOCAB), places, alpha=0.3)
     assert ours.item() == digit_entropy_loss(logits, labels, places, VOCAB, alpha=0.3).item()
 
 
@@ -270,11 +274,15 @@ def test_token_criteria_refuse_bad_arguments():
     with pytest.raises(ValueError, match="cost embedding"):
         emo_token_losses(logits, labels, torch.zeros(4, 2))
     with pytest.raises(ValueError, match="cost embedding"):
-        criterion_token_losses("emo", logits, labels)
+        token_criterion_terms("emo", logits, labels, alpha=1.0)
     with pytest.raises(ValueError, match="aligned"):
         token_nll(logits, torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="not a token criterion"):
-        criterion_token_losses("del", logits, labels)
+        token_criterion_terms("del", logits, labels, alpha=1.0)
+    with pytest.raises(TypeError, match="takes no parameter dist2_tau"):
+        token_criterion_terms("mixce", logits, labels, alpha=1.0, dist2_tau=2.0)
+    with pytest.raises(ValueError, match="del_mixce_eta"):
+        token_criterion_terms("mixce", logits, labels, alpha=1.0, mixce_eta=float("nan"))
 
 
 def test_unknown_criterion_is_refused_and_token_criteria_add_no_digit_term():
@@ -282,9 +290,9 @@ def test_unknown_criterion_is_refused_and_token_criteria_add_no_digit_term():
     targets = digit_targets_from_logits(logits_for(labels), labels, VOCAB)
     places = number_places(labels, VOCAB)
     for criterion in ("mle", *TOKEN_CRITERIA):
-        assert digit_criterion_token_losses(criterion, targets, places).tolist() == [0.0, 0.0]
+        assert digit_criterion_terms(criterion, targets, places).tolist() == [0.0, 0.0]
     with pytest.raises(ValueError, match="'del2'.*mle, mixce, emo"):
-        digit_criterion_token_losses("del2", targets, places)
+        digit_criterion_terms("del2", targets, places)
 
 
 # ---------------------------------------------------------------------------------------------- slow oracle
@@ -340,10 +348,11 @@ def test_digit_criteria_match_slow_oracle(criterion):
     labels[0, :4] = -100
     logits = torch.randn(*labels.shape, V) * 3
     places = number_places(labels, VOCAB)
-    ours = digit_criterion_loss(criterion, logits, labels, places, VOCAB, reduction="none", dist2_tau=0.7)
+    digits = digit_targets_from_logits(logits, labels, VOCAB)
+    ours = digit_criterion_loss(criterion, digits, places, reduction="none", **own_params(criterion, dist2_tau=0.7))
     expected = oracle_digit_terms(criterion, logits, labels, places, tau=0.7)
     assert torch.allclose(ours.double(), expected, rtol=1e-5, atol=1e-6)
-    mean = digit_criterion_loss(criterion, logits, labels, places, VOCAB, alpha=0.5, dist2_tau=0.7)
+    mean = digit_criterion_loss(criterion, digits, places, alpha=0.5, **own_params(criterion, dist2_tau=0.7))
     assert mean.item() == pytest.approx(0.5 * expected.sum().item() / (places != NOT_A_DIGIT).sum().item(), rel=1e-5)
 
 
@@ -375,15 +384,15 @@ def test_ntl_matches_ntloss_package(llama_ntl, criterion):
     labels[:, :3] = -100
     targets = digit_targets_from_logits(logits, labels, vocab)
     assert targets.mask.sum() > 20
-    ours = digit_criterion_token_losses(criterion, targets, torch.zeros(batch, length, dtype=torch.int32))
+    ours = digit_criterion_terms(criterion, targets, torch.zeros(batch, length, dtype=torch.int32))
     theirs = package(logits, labels, reduction="none")
     assert ours.dtype == theirs.dtype == torch.float64
     assert torch.allclose(ours, theirs, atol=1e-5, rtol=0)
-    ours_mean = digit_criterion_loss(criterion, logits, labels, number_places(labels, vocab), vocab)
+    ours_mean = digit_criterion_loss(criterion, targets, number_places(labels, vocab))
     assert ours_mean.item() == pytest.approx(package(logits, labels).item(), abs=1e-5)
     # and in float32, as training runs it (relative: float32 keeps ~7 digits of an error up to 81)
     targets32 = digit_targets_from_logits(logits.float(), labels, vocab)
-    ours32 = digit_criterion_token_losses(criterion, targets32, torch.zeros(batch, length, dtype=torch.int32))
+    ours32 = digit_criterion_terms(criterion, targets32, torch.zeros(batch, length, dtype=torch.int32))
     assert torch.allclose(ours32, theirs.float(), atol=1e-5, rtol=1e-5)
 
 
@@ -396,12 +405,14 @@ def test_digit_criteria_finite_in_half_precision(criterion, dtype):
     places = number_places(labels, VOCAB)
     # large logits, as a confident model produces; the digit slice is computed in float32
     logits = (torch.randn(*labels.shape, V) * 40).to(dtype).requires_grad_()
-    loss = digit_criterion_loss(criterion, logits, labels, places, VOCAB, dist2_tau=0.1)
+    tau = own_params(criterion, dist2_tau=0.1)
+    loss = digit_criterion_loss(criterion, digit_targets_from_logits(logits, labels, VOCAB), places, **tau)
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
-    ref = digit_criterion_loss(criterion, logits.detach().float(), labels, places, VOCAB, dist2_tau=0.1)
+    ref = digit_criterion_loss(criterion, digit_targets_from_logits(logits.detach().float(), labels, VOCAB), places,
+                               **tau)
     assert loss.item() == pytest.approx(ref.item(), rel=1e-6)
     loss.backward()
-    assert logits.grad.dtype == dtype and torch.isfinite(logits.grad.to_dense()).all()
+    assert logits.grad.dtype == dtype and torch.isfinite(logits.grad).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -413,7 +424,7 @@ def test_token_criteria_finite_in_half_precision(criterion, dtype):
     logits = (torch.randn(2, 6, 50) * 40).to(dtype).requires_grad_()
     labels = torch.randint(0, 50, (2, 6))
     labels[0, 0] = -100
-    terms = criterion_token_losses(criterion, logits, labels, cost_embedding=emo_cost_embedding(weight))
+    terms = token_criterion_terms(criterion, logits, labels, alpha=1.0, state=emo_state(criterion, weight))
     assert terms.loss.dtype == torch.float32
     for part in terms:
         assert torch.isfinite(part.float()).all()
@@ -426,36 +437,33 @@ def test_digit_criteria_zero_without_digits(criterion):
     labels = encode("no numbers here")
     places = number_places(labels, VOCAB)
     logits = torch.randn(*labels.shape, V, requires_grad=True)
-    terms = digit_criterion_loss(criterion, logits, labels, places, VOCAB, reduction="none")
+    terms = digit_criterion_loss(criterion, digit_targets_from_logits(logits, labels, VOCAB), places, reduction="none")
     assert terms.abs().max().item() == 0.0
-    loss = digit_criterion_loss(criterion, logits, labels, places, VOCAB)
+    loss = digit_criterion_loss(criterion, digit_targets_from_logits(logits, labels, VOCAB), places)
     assert loss.item() == 0.0
     loss.backward()
-    assert logits.grad.to_dense().abs().max().item() == 0.0
+    assert logits.grad.abs().max().item() == 0.0
     empty = torch.zeros(0, V, requires_grad=True)
     no_labels, no_places = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.int32)
-    assert digit_criterion_loss(criterion, empty, no_labels, no_places, VOCAB).item() == 0.0
+    assert digit_criterion_loss(criterion, digit_targets_from_logits(empty, no_labels, VOCAB), no_places).item() == 0.0
 
 
 @pytest.mark.parametrize("criterion", TOKEN_CRITERIA)
 def test_token_criteria_zero_without_targets(criterion):
     logits = torch.randn(2, 3, 9, requires_grad=True)
     labels = torch.full((2, 3), -100)
-    terms = criterion_token_losses(criterion, logits, labels, cost_embedding=emo_cost_embedding(torch.randn(9, 4)))
+    terms = token_criterion_terms(criterion, logits, labels, alpha=1.0, state=emo_state(criterion, torch.randn(9, 4)))
     assert terms.loss.abs().max().item() == 0.0 and not terms.mask.any()
     terms.loss.sum().backward()
     assert logits.grad.abs().max().item() == 0.0
 
 
-def test_trainer_token_criterion_loss_is_normalised_like_transformers_cross_entropy():
+def test_token_criterion_loss_is_normalised_like_transformers_cross_entropy():
     """The mixce / emo ``compute_loss_func``: two micro-batches with the step's ``num_items_in_batch`` add up to the
     whole batch (loss and gradient), and without it the loss is the token mean, like ``ForCausalLMLoss``."""
-    from types import SimpleNamespace
-
     from del_plugin.core import shift_to_next_token
-    from del_plugin.trainer import DELSettings, DELTrainer
+    from del_plugin.hf import DELSettings, TokenCriterionLoss
 
-    hook = DELTrainer._del_token_criterion_loss
     torch.manual_seed(7)
     logits = torch.randn(4, 6, 20, requires_grad=True)
     labels = torch.randint(0, 20, (4, 6))
@@ -464,29 +472,21 @@ def test_trainer_token_criterion_loss_is_normalised_like_transformers_cross_entr
     aligned = shift_to_next_token(labels, -100)
     n_items = (aligned != -100).sum()
     for criterion in TOKEN_CRITERIA:
-        fake = SimpleNamespace(
-            del_settings=DELSettings(alpha=0.8, criterion=criterion, mixce_eta=0.3),
-            _del_emo_cost=emo_cost_embedding(torch.randn(20, 5)),
-            _del_token_labels=aligned,
-        )
-        whole = hook(fake, {"logits": logits}, labels, n_items)
+        settings = DELSettings(criterion=criterion, alpha=0.8, params=own_params(criterion, mixce_eta=0.3))
+        loss_func = TokenCriterionLoss(settings, emo_state(criterion, torch.randn(20, 5)))
+        whole = loss_func({"logits": logits}, labels, n_items)
         (g_whole,) = torch.autograd.grad(whole, logits)
-        micro = []
-        for rows in (slice(0, 2), slice(2, 4)):
-            fake._del_token_labels = aligned[rows]
-            micro.append(hook(fake, {"logits": logits[rows]}, labels[rows], n_items))
+        micro = [loss_func({"logits": logits[rows]}, labels[rows], n_items) for rows in (slice(0, 2), slice(2, 4))]
         (g_micro,) = torch.autograd.grad(micro[0] + micro[1], logits)
         assert (micro[0] + micro[1]).item() == pytest.approx(whole.item(), rel=1e-6)
         assert torch.allclose(g_micro, g_whole, atol=1e-7)
-        fake._del_token_labels = aligned
-        mean = hook(fake, {"logits": logits}, labels, None)
-        terms = criterion_token_losses(
-            criterion, logits, aligned, alpha=0.8, mixce_eta=0.3, cost_embedding=fake._del_emo_cost
-        )
+        mean = loss_func({"logits": logits}, labels, None)
+        terms = token_criterion_terms(criterion, logits, aligned, alpha=0.8, state=loss_func.state,
+                                      **own_params(criterion, mixce_eta=0.3))
         assert mean.item() == pytest.approx((terms.loss.sum() / n_items).item(), rel=1e-6)
         ce = F.cross_entropy(logits[:, :-1].reshape(-1, 20), labels[:, 1:].reshape(-1))
-        assert fake._del_token_parts["ce"].item() == pytest.approx(ce.item(), rel=1e-6)
-        assert fake._del_token_parts["tokens"].item() == n_items.item()
+        assert loss_func.last_parts["ce"].item() == pytest.approx(ce.item(), rel=1e-6)
+        assert loss_func.last_parts["tokens"].item() == n_items.item()
 
 
 # ---------------------------------------------------------------------------------------------- config validation
@@ -509,11 +509,11 @@ def small_dataset(tmp_path_factory):
     "overrides, message",
     [
         ({"del_criterion": "del2"}, r"del_criterion\n.*'mle', 'mixce', 'emo'"),
-        ({"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": 1.5}, r"del_mixce_eta\n.*less than or equal"),
-        ({"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": -0.1}, r"del_mixce_eta\n.*greater than or"),
-        ({"del_criterion": "dist2", "del_dist2_tau": 0}, r"del_dist2_tau\n.*greater than 0"),
-        ({"del_criterion": "emo", "del_alpha": None}, r"`del_criterion: emo`.*set it explicitly.*del_alpha: 1.0"),
-        ({"del_criterion": "mixce", "del_alpha": 1.5}, r"`del_alpha: 1.5` is outside \[0, 1\]"),
+        ({"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": 1.5}, r"`del_mixce_eta`: 1.5 is outside \[0, 1\]"),
+        ({"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": -0.1}, r"`del_mixce_eta`: -0.1 is outside"),
+        ({"del_criterion": "dist2", "del_dist2_tau": 0}, r"`del_dist2_tau`: 0.0 is outside \[0.01, 100\]"),
+        ({"del_criterion": "emo", "del_alpha": None}, r"`emo` replaces cross-entropy.*set it explicitly.*1.0"),
+        ({"del_criterion": "mixce", "del_alpha": 1.5}, r"del_alpha: 1.5 is outside \[0, 1\]: it interpolates"),
         ({"del_criterion": "emo", "del_alpha": 1.0, "label_smoothing_factor": 0.1}, r"label_smoothing_factor"),
         ({"del_criterion": "mixce", "del_alpha": 1.0, "use_dft": True}, r"use_dft"),
     ],
@@ -530,15 +530,16 @@ def test_bad_criterion_keys_fail_in_load_config(tmp_path, tiny_llama, small_data
 def test_criterion_keys_reach_the_config(tmp_path, tiny_llama, small_dataset):
     from axolotl_helpers import cpu_config, load_config
 
-    from del_plugin.trainer import DELSettings
+    from del_plugin.hf import DELSettings
 
     cfg = load_config(cpu_config(tmp_path, tiny_llama, small_dataset, del_criterion="dist2", del_dist2_tau=0.5))
-    settings = DELSettings.from_cfg(cfg)
-    assert (settings.criterion, settings.dist2_tau, settings.digit_alpha) == ("dist2", 0.5, 0.3)
+    settings = DELSettings.from_config(cfg)
+    assert (settings.criterion, dict(settings.params), settings.digit_alpha) == ("dist2", {"dist2_tau": 0.5}, 0.3)
     cfg = load_config(cpu_config(tmp_path, tiny_llama, small_dataset, del_criterion="mixce", del_alpha=1.0))
-    settings = DELSettings.from_cfg(cfg)
-    assert (settings.criterion, settings.mixce_eta, settings.alpha, settings.digit_alpha) == ("mixce", 0.5, 1.0, 0.0)
-    assert DELSettings.from_cfg(load_config(cpu_config(tmp_path, tiny_llama, small_dataset))).criterion == "del"
+    settings = DELSettings.from_config(cfg)
+    assert (settings.criterion, dict(settings.params), settings.alpha, settings.digit_alpha) == (
+        "mixce", {"mixce_eta": 0.5}, 1.0, 0.0)
+    assert DELSettings.from_config(load_config(cpu_config(tmp_path, tiny_llama, small_dataset))).criterion == "del"
 
 
 # ---------------------------------------------------------------------------------------------- Axolotl runs

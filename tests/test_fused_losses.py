@@ -12,15 +12,13 @@ import torch
 from fake_vocab import VOCAB, V, encode
 from fused_kernels import CALLS, cce_style_forward, liger_on_cpu, restored_forwards
 
-from del_plugin.core import (
-    DigitCaptureError,
-    DigitLogitsCapture,
-    del_token_losses,
-    digit_targets_from_logits,
-    next_token_places,
-    place_weights,
-    shift_to_next_token,
-)
+from del_plugin.core import DigitLogitsCapture, digit_targets_from_logits, next_token_places, shift_to_next_token
+
+from del_plugin.core.capture import DigitCaptureError
+
+from del_plugin.core.losses import del_token_losses
+
+from del_plugin.core.places import place_weights
 
 H = 24
 TEXT = "it costs 12.75 and 3,040 more: 1.5"

@@ -9,16 +9,15 @@ import torch.nn.functional as F
 from fake_vocab import VOCAB, V, encode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from del_plugin.core import (
-    DigitCaptureError,
-    DigitLogitsCapture,
-    del_token_losses,
-    digit_logits_from_hidden,
-    digit_targets_from_hidden,
-    digit_targets_from_logits,
-    number_places,
-    place_weights,
-)
+from del_plugin.core import DigitLogitsCapture, digit_targets_from_hidden, digit_targets_from_logits, number_places
+
+from del_plugin.core.capture import DigitCaptureError
+
+from del_plugin.core.losses import del_token_losses
+
+from del_plugin.core.hidden import digit_logits_from_hidden
+
+from del_plugin.core.places import place_weights
 from del_plugin.core.hidden import select_digit_family
 
 TEXT = "pay 1,234.50 for ⁷8 items, not 42 or .5"

@@ -9,14 +9,9 @@ import torch
 import torch.nn.functional as F
 from fake_vocab import V, VOCAB, encode
 
-from del_plugin.core import (
-    NOT_A_DIGIT,
-    PlaceWeighting,
-    digit_entropy_loss,
-    digit_targets_from_hidden,
-    digit_targets_from_logits,
-    number_places,
-)
+from del_plugin.core import PlaceWeighting, digit_entropy_loss, digit_targets_from_hidden, digit_targets_from_logits, number_places
+
+from del_plugin.core.places import NOT_A_DIGIT
 
 LN2 = math.log(2.0)
 
@@ -108,7 +103,7 @@ def test_gradcheck_float64():
         targets = digit_targets_from_logits(x, labels, VOCAB)
         z = targets.logits.double()
         onehot = F.one_hot(targets.target, 10).double()
-        from del_plugin.core import place_weights
+        from del_plugin.core.places import place_weights
 
         per = (torch.softmax(z, -1) * F.binary_cross_entropy_with_logits(z, onehot, reduction="none")).mean(-1)
         return (per * place_weights(places).double() * targets.mask).sum()
@@ -136,7 +131,8 @@ PROVENANCES = {
 
 @pytest.mark.parametrize("provenance", sorted(PROVENANCES))
 def test_logits_of_any_provenance_give_the_right_gradients(provenance):
-    from del_plugin.core import del_token_losses, place_weights
+    from del_plugin.core.losses import del_token_losses
+    from del_plugin.core.places import place_weights
 
     labels = encode("it is 42.5 now, not 7")[None]
     places = number_places(labels, VOCAB)

@@ -10,7 +10,9 @@ from fake_vocab import DIGITS, SPACE_MARKED, VOCAB, encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from del_plugin.core import NOT_A_DIGIT, PlaceWeighting, number_places, place_weights
+from del_plugin.core import PlaceWeighting, number_places
+
+from del_plugin.core.places import NOT_A_DIGIT, place_weights
 
 N = None  # "not a digit" in the expected lists below
 

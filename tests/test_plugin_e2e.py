@@ -149,5 +149,5 @@ def test_gradient_is_independent_of_micro_batching(tmp_path, model_dir, monkeypa
 
 def per_micro_batch_samples(self, epoch_iterator, num_batches, device):
     samples, num_items = super(DELTrainer, self).get_batch_samples(epoch_iterator, num_batches, device)
-    self._del_step_digits = None  # each micro-batch falls back to its own digit mean
+    self.del_metrics.step_digits = None  # each micro-batch falls back to its own digit mean
     return samples, num_items

@@ -8,7 +8,9 @@ import pytest
 from del_plugin.assets import gsm8k_rows
 
 from del_plugin.assets import load_tokenizer
-from del_plugin.core import NOT_A_DIGIT, DigitVocab, MultiDigitTokenizerError, number_places
+from del_plugin.core import DigitVocab, number_places
+from del_plugin.core.places import NOT_A_DIGIT
+from del_plugin.core.vocab import MultiDigitTokenizerError
 
 SINGLE_DIGIT = ["llama-spm", "mistral", "deepseek-llm", "qwen2"]
 

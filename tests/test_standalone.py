@@ -76,7 +76,7 @@ def test_the_scanner_passes_reads_inside_the_repository(relpath, line):
 
 
 def test_no_tracked_file_reads_outside_the_repository():
-    files = tracked_text_files()
+    files = [f for f in tracked_text_files() if f != Path(__file__).resolve()]  # this file's cases are bad on purpose
     assert len(files) > 50  # the scan really ran over the tree
     found = [hit for f in files for hit in escapes(str(f.relative_to(REPO)), f.read_text(encoding="utf-8"))]
     assert not found, "tracked files read outside the repository:\n" + "\n".join(found)

@@ -14,11 +14,9 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from .digits import DigitTargets, digit_targets_from_logits
-from .places import PlaceWeighting, place_weights
-from .vocab import DigitVocab
+from .digits import DigitTargets
 
-__all__ = ["Reduction", "del_token_losses", "digit_entropy_loss", "reduce_token_losses"]
+__all__ = ["Reduction", "del_token_losses", "reduce_token_losses"]
 
 Reduction = Literal["mean", "sum", "none"]
 
@@ -47,24 +45,3 @@ def reduce_token_losses(
         # clamp instead of branching on the count: no host synchronisation, and 0 / 1 = 0 on empty batches
         return alpha * total / mask.sum().clamp(min=1)
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-
-
-def digit_entropy_loss(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    places: torch.Tensor,
-    vocab: DigitVocab,
-    alpha: float = 1.0,
-    reduction: Reduction = "mean",
-    *,
-    weighting: PlaceWeighting = PlaceWeighting(),
-) -> torch.Tensor:
-    """``alpha * L_num`` for aligned ``logits`` ``[..., V]``, ``labels`` and ``places`` ``[...]``.
-
-    ``places`` comes from :func:`~del_plugin.core.places.number_places` on the same labels. ``reduction``:
-    ``"mean"`` over digit targets (0, not NaN, when there is none), ``"sum"``, or ``"none"`` for the per-position
-    tensor with zeros off the digits. Computation is float32 on the ``[..., 10]`` digit slice only.
-    """
-    targets = digit_targets_from_logits(logits, labels, vocab)
-    per_token = del_token_losses(targets, place_weights(places, weighting))
-    return reduce_token_losses(per_token, targets.mask, reduction, alpha)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .bounds import Bound
 from .vocab import DigitVocab
 
 __all__ = [
@@ -111,17 +112,28 @@ def number_places(
 @dataclass(frozen=True)
 class PlaceWeighting:
     """DEL's place weight ``u``: ``integer_slope * (i + 1)`` for integer places ``i >= 0`` and
-    ``decimal_base ** (i - 1)`` for decimal places ``i < 0``. With ``enabled=False`` every digit weighs 1."""
+    ``decimal_base ** (i - 1)`` for decimal places ``i < 0``. With ``enabled=False`` every digit weighs 1.
+
+    ``integer_slope`` is in (0, 100] and ``decimal_base`` in [1, 10] (:data:`PLACE_WEIGHT_BOUNDS`): beyond them
+    one digit outweighs the rest of a number by orders of magnitude, and a base below 1 weighs deeper decimals
+    more, up to overflow on long decimals."""
 
     enabled: bool = True
     integer_slope: float = 2.0
     decimal_base: float = 1.02
 
     def __post_init__(self) -> None:
-        if self.integer_slope <= 0:
-            raise ValueError(f"integer_slope must be > 0, got {self.integer_slope}")
-        if self.decimal_base <= 0:
-            raise ValueError(f"decimal_base must be > 0, got {self.decimal_base}")
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"enabled must be true or false, got {self.enabled!r}")
+        for name, bound in PLACE_WEIGHT_BOUNDS.items():
+            bound.check(name, getattr(self, name))
+
+
+PLACE_WEIGHT_BOUNDS: dict[str, Bound] = {
+    "integer_slope": Bound(0.0, 100.0, "u = slope * (i + 1) must be positive; the paper uses 2", low_open=True),
+    "decimal_base": Bound(1.0, 10.0, "u = base ** (i - 1) must not grow with depth (a base below 1 weighs deeper "
+                          "decimals more and overflows on long decimals); the paper uses 1.02"),
+}
 
 
 def place_weights(places: torch.Tensor, weighting: PlaceWeighting = PlaceWeighting()) -> torch.Tensor:

@@ -26,7 +26,9 @@ from typing import Iterable
 
 import torch
 
-from ..core import NOT_A_DIGIT, DigitVocab, number_places
+from ..core import DigitVocab, number_places
+
+from ..core.places import NOT_A_DIGIT
 from .answers import format_decimal, is_correct, to_float
 
 __all__ = [

@@ -18,7 +18,8 @@ from typing import Sequence
 from tqdm.auto import tqdm
 
 from .. import __version__
-from ..core import DigitVocab, DigitVocabError
+from ..core import DigitVocab
+from ..core.vocab import DigitVocabError
 from .answers import extract_answer, format_decimal, to_float
 from .data import EvalSet, check_files_exist, read_eval_set
 from .metrics import NumericMetrics

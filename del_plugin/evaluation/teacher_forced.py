@@ -19,7 +19,9 @@ from typing import Sequence
 
 import torch
 
-from ..core import NOT_A_DIGIT, DigitVocab, digit_correct, digit_entropy, digit_targets_from_logits, next_token_places
+from ..core import DigitVocab, digit_correct, digit_entropy, digit_targets_from_logits, next_token_places
+
+from ..core.places import NOT_A_DIGIT
 from ..core.places import shift_to_next_token
 
 __all__ = ["ENTROPY_BINS", "ENTROPY_EDGES", "TeacherForcedStats", "teacher_forced_batches"]

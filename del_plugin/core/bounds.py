@@ -1,0 +1,31 @@
+"""Bounds of DEL's numeric settings: a finite number in an interval, refused with the reason otherwise."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Bound"]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """``[low, high]`` (``low`` excluded when ``low_open``) and why a value outside it makes no sense."""
+
+    low: float
+    high: float
+    reason: str
+    low_open: bool = False
+
+    def check(self, name: str, value: Any) -> float:
+        """``value`` as a float, or ``ValueError`` naming ``name``, the value, the interval and the reason.
+        Booleans are not numbers here, and neither are infinities or NaN."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        value = float(value)
+        below = value <= self.low if self.low_open else value < self.low
+        if not math.isfinite(value) or below or value > self.high:
+            interval = f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+            raise ValueError(f"{name}: {value} is outside {interval}: {self.reason}")
+        return value

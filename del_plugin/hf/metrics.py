@@ -1,0 +1,100 @@
+"""The bookkeeping of a DEL run: the digit count of each optimizer step (for the normalisation) and the sums of the
+logged parts, kept on the device between logs (no host synchronisation per step)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..core.digits import DigitTargets, digit_correct, digit_entropy
+
+__all__ = ["DigitMetrics"]
+
+SPLITS = ("train", "eval")
+
+
+class DigitMetrics:
+    """Per split, the sums of ``ce``, ``del`` (both as the Trainer reports its loss), ``l_num``, ``digits``,
+    ``entropy`` and ``correct``; plus, in training, the digit count of the current optimizer step and the number
+    of optimizer steps since the last log.
+
+    Training parts are added as the Trainer adds each micro-batch to its logged loss: scaled by ``1 / GA`` when the
+    loss is not already scaled for accumulation, and, when that micro-batch's loss is not finite and
+    ``logging_nan_inf_filter`` is on, replaced by the running average as the Trainer does (so ``ce_loss + del_loss
+    == loss`` on every log). Evaluation parts are weighted by batch size, as ``eval_loss`` is.
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[str, dict[str, torch.Tensor]] = {split: {} for split in SPLITS}
+        self.step_digits: torch.Tensor | None = None
+        self.steps_since_log = 0
+        self.eval_prefix = "eval"  # the metric_key_prefix of the evaluation in progress
+
+    def start_step(self, digits: torch.Tensor) -> None:
+        """A new optimizer step whose micro-batches hold ``digits`` digit targets (over all ranks)."""
+        self.step_digits = digits
+        self.steps_since_log += 1
+
+    def _add(self, split: str, key: str, value: torch.Tensor) -> None:
+        sums = self.sums[split]
+        sums[key] = value if key not in sums else sums[key] + value
+
+    def add_train(self, ce: torch.Tensor, del_term: torch.Tensor, scale: float, nan_filter: bool) -> None:
+        ce, del_term = ce.detach().float() * scale, del_term.detach().float() * scale
+        if nan_filter and self.steps_since_log:
+            sums = self.sums["train"]
+            bad = ~torch.isfinite(ce + del_term)
+            # the Trainer adds tr_loss / (1 + steps since the last log) for a non-finite micro-batch loss
+            ce = torch.where(bad, sums.get("ce", torch.zeros_like(ce)) / self.steps_since_log, ce)
+            del_term = torch.where(bad, sums.get("del", torch.zeros_like(del_term)) / self.steps_since_log, del_term)
+        self._add("train", "ce", ce)
+        self._add("train", "del", del_term)
+
+    def add_eval(self, ce: torch.Tensor, del_term: torch.Tensor, batch_size: int) -> None:
+        self._add("eval", "ce", ce.detach().float() * batch_size)
+        self._add("eval", "del", del_term.detach().float() * batch_size)
+        self._add("eval", "weight", torch.tensor(float(batch_size), device=ce.device))
+
+    @torch.no_grad()
+    def add_digits(self, split: str, digits: DigitTargets, l_sum: torch.Tensor, extra: dict | None = None) -> None:
+        """The digit statistics of one batch: ``l_num`` (the criterion's unweighted sum), count, entropy, correct."""
+        mask = digits.mask
+        self._add(split, "l_num", l_sum.detach().float())
+        self._add(split, "digits", mask.sum())
+        self._add(split, "entropy", torch.where(mask, digit_entropy(digits.logits.detach()), 0.0).sum())
+        self._add(split, "correct", digit_correct(digits).sum())
+        for key, value in (extra or {}).items():
+            self._add(split, key, value.detach())
+
+    def reset(self, split: str) -> None:
+        self.sums[split] = {}
+
+    def pop_logs(self, split: str, prefix: str, world_size: int,
+                 reduce: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
+        """The logged values of ``split`` since the last call (empty if nothing was added), summed over ranks with
+        ``reduce``; training parts are averaged over ranks and optimizer steps, as the Trainer's ``loss`` is."""
+        sums = self.sums[split]
+        if not sums:
+            return {}
+        keys = sorted(sums)
+        stacked = torch.stack([sums[k].float().reshape(()) for k in keys])
+        values = dict(zip(keys, (reduce(stacked) if world_size > 1 else stacked).tolist()))
+        self.reset(split)
+        if split == "train":
+            denom = max(self.steps_since_log, 1) * max(world_size, 1)
+            self.steps_since_log = 0
+        else:
+            denom = max(values.get("weight", 1.0), 1.0)
+        digits = values["digits"]
+        logs = {
+            "ce_loss": values["ce"] / denom,
+            "del_loss": values["del"] / denom,
+            "del_l_num": values["l_num"] / digits if digits else 0.0,
+            "digit_entropy": values["entropy"] / digits if digits else 0.0,
+            "digit_accuracy": values["correct"] / digits if digits else 0.0,
+            "digit_targets": digits,
+        }
+        if values.get("target_tokens") and "emo_cost" in values:
+            logs["emo_cost"] = values["emo_cost"] / values["target_tokens"]
+        return {prefix + key: value for key, value in logs.items()}

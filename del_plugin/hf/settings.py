@@ -1,0 +1,81 @@
+"""What a DEL run is configured with: one object, read from any mapping of ``del_*`` keys, defaults written once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..core.bounds import Bound
+from ..core.criteria import CRITERIA, CriterionSpec, criterion_spec
+from ..core.places import PLACE_WEIGHT_BOUNDS, PlaceWeighting
+
+__all__ = ["ALPHA_BOUNDS", "DEFAULT_ALPHA", "DELSettings"]
+
+DEFAULT_ALPHA = 0.1  # a digit criterion's weight when none is given (README: "Choosing del_alpha")
+ALPHA_BOUNDS: dict[str, Bound] = {
+    "digit": Bound(0.0, 100.0, "the digit term is a mean over digits of O(1-10) per digit; above 100 it drowns the "
+                   "cross-entropy (the largest weight converted from the authors' runs is 2.56)"),
+    "token": Bound(0.0, 1.0, "it interpolates (1 - del_alpha) * CE + del_alpha * criterion"),
+    "none": Bound(0.0, 100.0, "mle trains with cross-entropy alone; del_alpha is not used"),
+}
+
+
+@dataclass(frozen=True)
+class DELSettings:
+    """A criterion (:data:`~del_plugin.core.criteria.CRITERIA`), its weight and parameters, and DEL's place weights.
+
+    ``alpha`` is the weight of a digit criterion (``CE + alpha * mean over digit targets``, default
+    :data:`DEFAULT_ALPHA`) or the interpolation of a token criterion (``(1 - alpha) CE + alpha criterion``, no
+    default: it must be given). ``params`` are the criterion's own parameters; missing ones take the registry's
+    defaults. Every value is checked here, with the reason for its bounds.
+    """
+
+    criterion: str = "del"
+    alpha: float | None = None
+    weighting: PlaceWeighting = PlaceWeighting()
+    params: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        spec = criterion_spec(self.criterion)
+        alpha = self.alpha
+        if alpha is None:
+            if spec.kind == "token":
+                raise ValueError(
+                    f"del_alpha: `{self.criterion}` replaces cross-entropy and reads del_alpha as the interpolation "
+                    f"(1 - del_alpha) * CE + del_alpha * {self.criterion}; set it explicitly (1.0 trains with "
+                    f"{self.criterion} as published) instead of inheriting DEL's default"
+                )
+            alpha = DEFAULT_ALPHA
+        object.__setattr__(self, "alpha", ALPHA_BOUNDS[spec.kind].check("del_alpha", alpha))
+        object.__setattr__(self, "params", MappingProxyType(spec.check_params(dict(self.params))))
+
+    @property
+    def spec(self) -> CriterionSpec:
+        return CRITERIA[self.criterion]
+
+    @property
+    def digit_alpha(self) -> float:
+        """The weight of the digit term added to the loss: ``alpha`` for a digit criterion, else 0."""
+        return self.alpha if self.spec.kind == "digit" else 0.0
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> "DELSettings":
+        """Read ``del_alpha``, ``del_criterion``, ``del_place_weighting``, ``del_integer_slope``,
+        ``del_decimal_base`` and the criterion's ``del_<param>`` keys; a missing or None key takes its default."""
+
+        def get(key: str, default: Any) -> Any:
+            value = cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
+            return default if value is None else value
+
+        criterion = get("del_criterion", cls.criterion)
+        spec = criterion_spec(criterion)
+        defaults = PlaceWeighting()
+        enabled = get("del_place_weighting", defaults.enabled)
+        if not isinstance(enabled, bool):
+            raise ValueError(f"del_place_weighting must be true or false, got {enabled!r}")
+        numbers = {name: bound.check(f"del_{name}", get(f"del_{name}", getattr(defaults, name)))
+                   for name, bound in PLACE_WEIGHT_BOUNDS.items()}
+        weighting = PlaceWeighting(enabled=enabled, **numbers)
+        params = {p.name: get(p.key, p.default) for p in spec.params}
+        return cls(criterion=criterion, alpha=get("del_alpha", None), weighting=weighting, params=params)

@@ -1,0 +1,204 @@
+"""DEL for any ``transformers.Trainer``: a mixin with no Axolotl import.
+
+    class MyTrainer(DELTrainerMixin, Trainer): ...
+    trainer = MyTrainer(model=model, args=args, ..., del_settings=DELSettings(alpha=0.3))
+
+Normalisation: the digit term of an optimizer step is ``alpha * sum(l_t) / N``, the sum and the digit count ``N``
+over *all* micro-batches of the step and all data-parallel ranks. Each micro-batch contributes
+``alpha * sum_micro(l_t) / N``, rescaled for what the Trainer does next (it divides the loss by the accumulation
+steps unless the loss is "scaled for GA"; DDP and FSDP average gradients over ranks). The gradient is then the
+same for any micro-batch size, accumulation and GPU count.
+
+The mixin's state is five named objects: ``del_settings`` (:class:`DELSettings`), ``del_vocab``, ``del_capture``
+(the digit logits read from the final hidden states, whatever computes the cross-entropy), ``del_metrics``
+(:class:`DigitMetrics`) and, for ``mixce`` / ``emo``, the Trainer's own ``compute_loss_func``
+(:class:`TokenCriterionLoss`).
+"""
+
+from __future__ import annotations
+
+from transformers.utils import logging
+
+import torch
+
+from ..collator import TARGET_PLACES_KEY, NumberSpanCollator
+from ..core.capture import DigitLogitsCapture
+from ..core.criteria import digit_criterion_terms, token_criterion_terms
+from ..core.places import NOT_A_DIGIT, shift_to_next_token
+from ..core.vocab import DigitVocab
+from .metrics import DigitMetrics
+from .settings import DELSettings
+
+__all__ = ["DELTrainerMixin", "TokenCriterionLoss"]
+
+LOG = logging.get_logger(__name__)
+
+
+class TokenCriterionLoss:
+    """A ``compute_loss_func`` for a token criterion (``mixce``, ``emo``), normalised like transformers' causal-LM
+    cross-entropy: the sum over target tokens divided by ``num_items_in_batch`` when given, else the token mean.
+
+    ``last_parts`` holds, after each call, the plain cross-entropy on the same normalisation (for logging), the
+    summed EMO cost and the number of target tokens."""
+
+    def __init__(self, settings: DELSettings, state: dict | None = None):
+        self.settings = settings
+        self.state = state or {}
+        self.last_parts: dict[str, torch.Tensor] | None = None
+
+    def __call__(self, outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        if logits is None:
+            raise RuntimeError(f"del_plugin: `{self.settings.criterion}` needs the model's logits; the forward "
+                               "returned none (a fused cross-entropy kernel is on)")
+        targets = shift_to_next_token(labels, -100).to(logits.device)
+        state = {k: v.to(logits.device) if isinstance(v, torch.Tensor) else v for k, v in self.state.items()}
+        self.state = state
+        terms = token_criterion_terms(self.settings.criterion, logits, targets, alpha=self.settings.alpha,
+                                      state=state, **self.settings.params)
+        if num_items_in_batch is not None:
+            denom = torch.as_tensor(num_items_in_batch, device=logits.device).float()
+        else:
+            denom = terms.mask.sum().clamp(min=1).float()
+        self.last_parts = {"ce": terms.nll.detach().sum() / denom, "cost": terms.cost.detach().sum(),
+                           "tokens": terms.mask.sum()}
+        return terms.loss.sum() / denom
+
+
+class DELTrainerMixin:
+    """Adds a DEL criterion to a ``transformers.Trainer`` subclass (module docstring). ``del_settings`` (and
+    optionally ``del_vocab``, else read from the trainer's tokenizer) are given to ``__init__`` or later to
+    :meth:`setup_del`. Logs ``ce_loss``, ``del_loss``, ``del_l_num``, ``digit_entropy``, ``digit_accuracy`` and
+    ``digit_targets`` for training and evaluation."""
+
+    del_settings: DELSettings | None = None
+
+    def __init__(self, *args, del_settings: DELSettings | None = None, del_vocab: DigitVocab | None = None,
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        if del_settings is not None:
+            self.setup_del(del_settings, del_vocab)
+
+    # ------------------------------------------------------------------ set-up
+    def setup_del(self, settings: DELSettings, vocab: DigitVocab | None = None) -> None:
+        """Read the tokenizer's digits, wrap the collators, attach the digit capture to the model."""
+        if vocab is None:
+            tokenizer = self.processing_class
+            vocab = DigitVocab.from_tokenizer(tokenizer, name=getattr(tokenizer, "name_or_path", None))
+        self.del_settings, self.del_vocab = settings, vocab
+        for attr in ("data_collator", "train_data_collator", "eval_data_collator"):
+            collator = getattr(self, attr, None)
+            if collator is not None:
+                setattr(self, attr, NumberSpanCollator(collator, vocab))
+        self.del_capture = DigitLogitsCapture(self.model, vocab, differentiable=settings.digit_alpha > 0)
+        self.del_metrics = DigitMetrics()
+        spec = settings.spec
+        if spec.kind == "token":
+            if self.compute_loss_func is not None:
+                raise RuntimeError(
+                    f"del_plugin: `del_criterion: {settings.criterion}` replaces the loss function, but the trainer "
+                    f"already has one ({self.compute_loss_func}); remove it or choose a digit criterion"
+                )
+            model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
+            state = spec.prepare(model) if spec.prepare else {}
+            self.compute_loss_func = TokenCriterionLoss(settings, state)
+        LOG.info("DEL: criterion %s, alpha=%s, place weighting %s, %d digit famil%s in %s", settings.criterion,
+                 settings.alpha, "on" if settings.weighting.enabled else "off", vocab.num_families,
+                 "y" if vocab.num_families == 1 else "ies", vocab.name)
+
+    # ------------------------------------------------------------------ normalisation
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self.del_settings is not None:
+            digits = torch.zeros((), dtype=torch.long, device=device)
+            for batch in batch_samples:
+                if TARGET_PLACES_KEY in batch:
+                    digits = digits + (batch[TARGET_PLACES_KEY] != NOT_A_DIGIT).sum().to(device)
+            if self.args.world_size > 1:
+                digits = self.accelerator.gather(digits.reshape(1)).sum()
+            self.del_metrics.start_step(digits)
+        return batch_samples, num_items_in_batch
+
+    def _loss_is_scaled_for_ga(self, num_items_in_batch) -> bool:
+        # mirrors Trainer.training_step's decision to divide the returned loss by the accumulation steps
+        if getattr(self, "loss_is_scaled_for_ga", None) is not None:
+            return bool(self.loss_is_scaled_for_ga)
+        return bool(
+            (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or self.compute_loss_func is not None
+        )
+
+    # ------------------------------------------------------------------ loss
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        settings = self.del_settings
+        if settings is None:
+            raise RuntimeError("del_plugin: setup_del() was not called (pass del_settings to the trainer)")
+        places = inputs.pop(TARGET_PLACES_KEY, None)
+        if places is None:
+            raise KeyError(
+                f"del_plugin: the batch has no `{TARGET_PLACES_KEY}`; the trainer's collator is "
+                f"{type(self.data_collator).__name__}, not the NumberSpanCollator that setup_del installs"
+            )
+        labels = inputs.get("labels")
+        targets = inputs.get("shift_labels")
+        if targets is None:
+            targets = shift_to_next_token(labels, -100)
+        elif settings.spec.kind == "token":
+            raise RuntimeError(f"del_plugin: `{settings.criterion}` reads unshifted labels; this batch has "
+                               "shift_labels (sequence or context parallelism), which it does not support")
+        with self.del_capture:
+            loss, outputs = super().compute_loss(model, inputs, return_outputs=True,
+                                                 num_items_in_batch=num_items_in_batch)
+        ce_logged, extra = self._token_criterion_parts(loss, num_items_in_batch)
+        digits = self.del_capture.digit_targets(targets)
+        l_sum = digit_criterion_terms(settings.criterion, digits, places.to(digits.logits.device),
+                                      weighting=settings.weighting, **settings.params).sum()
+        alpha, metrics = settings.digit_alpha, self.del_metrics
+        split = "train" if model.training else "eval"
+        if split == "train" and metrics.step_digits is not None:
+            ga = 1 if self._loss_is_scaled_for_ga(num_items_in_batch) else self.current_gradient_accumulation_steps
+            del_term = alpha * l_sum * (self.accelerator.num_processes * ga) / metrics.step_digits.clamp(min=1)
+            scale = 1.0 / ga  # what the Trainer's logged loss adds for this micro-batch
+        else:  # evaluation, or a loop that does not gather the step's batches first: the batch's own mean
+            del_term = alpha * l_sum / digits.mask.sum().clamp(min=1)
+            scale = 1.0
+        if split == "train":
+            metrics.add_train(ce_logged, del_term, scale, self.args.logging_nan_inf_filter)
+        else:
+            metrics.add_eval(ce_logged, del_term, labels.shape[0])
+        metrics.add_digits(split, digits, l_sum, extra)
+        if alpha > 0:
+            loss = loss + del_term
+        return (loss, outputs) if return_outputs else loss
+
+    def _token_criterion_parts(self, loss, num_items_in_batch):
+        """(the plain cross-entropy to log, extra sums): for mixce / emo the CE of their NLL, scaled as the Trainer
+        scales the returned loss; for the other criteria the loss itself."""
+        criterion_loss = self.compute_loss_func if isinstance(self.compute_loss_func, TokenCriterionLoss) else None
+        if criterion_loss is None or criterion_loss.last_parts is None:
+            return loss, {}
+        parts, criterion_loss.last_parts = criterion_loss.last_parts, None
+        scale = 1
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            # mirrors Trainer.compute_loss's factor for losses normalised by num_items_in_batch
+            scale = self.accelerator.num_processes // self.get_tp_size() if self.args.n_gpu <= 1 else self.args.n_gpu
+        extra = {"target_tokens": parts["tokens"]}
+        if self.del_settings.criterion == "emo":
+            extra["emo_cost"] = parts["cost"]
+        return parts["ce"] * scale, extra
+
+    # ------------------------------------------------------------------ logging
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.del_settings is not None:
+            prefix = self.del_metrics.eval_prefix
+            split = "train" if "loss" in logs else "eval" if f"{prefix}_loss" in logs else None
+            if split is not None:
+                reduce = lambda t: self.accelerator.reduce(t, reduction="sum")  # noqa: E731
+                logs.update(self.del_metrics.pop_logs(split, "" if split == "train" else f"{prefix}_",
+                                                      self.args.world_size, reduce))
+        super().log(logs, start_time)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+        if self.del_settings is not None:
+            self.del_metrics.reset("eval")
+            self.del_metrics.eval_prefix = metric_key_prefix
+        return super().evaluate(eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)

@@ -139,7 +139,7 @@ def train_one(config: dict) -> dict:
     from transformers import TrainerCallback
 
     from del_plugin.collator import TARGET_PLACES_KEY
-    from del_plugin.core import NOT_A_DIGIT
+    from del_plugin.core.places import NOT_A_DIGIT
 
     class FirstStepGradients(TrainerCallback):
         grads = None

@@ -24,18 +24,17 @@ from hypothesis import strategies as st
 from test_places import oracle_places
 
 from del_plugin.core import (
-    DIGIT_CRITERIA,
-    NOT_A_DIGIT,
     DigitVocab,
     PlaceWeighting,
     digit_criterion_loss,
     digit_entropy_loss,
-    dist2_place_weights,
+    digit_targets_from_hidden,
     next_token_places,
     number_places,
-    place_weights,
     shift_to_next_token,
 )
+from del_plugin.core.criteria import DIGIT_CRITERIA, dist2_place_weights
+from del_plugin.core.places import NOT_A_DIGIT, place_weights
 
 FUZZ = settings(max_examples=150, deadline=None)
 
@@ -152,19 +151,30 @@ def test_number_places_on_empty_labels(shape):
 
 
 # ---------------------------------------------------------------------------------------------- losses
-# One loss function per digit criterion: DEL through its own entry point, and every criterion through
-# digit_criterion_loss.
+# One loss function per digit criterion: DEL through its logits entry point, and every criterion through
+# digit_criterion_loss on digit logits read from hidden states (``path="hidden"``: the logits themselves as the
+# hidden states of an identity head, so that the training path sees exactly these values).
 LOSSES = [("digit_entropy_loss", None)] + [("digit_criterion_loss", c) for c in DIGIT_CRITERIA]
 LOSS_IDS = ["digit_entropy_loss"] + [f"criterion={c}" for c in DIGIT_CRITERIA]
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+PATHS = ("logits", "hidden")
 
 
-def loss_of(which, logits, labels, places, reduction="mean", **kwargs):
+def loss_of(which, logits, labels, places, reduction="mean", path="logits", **kwargs):
     name, criterion = which
     if name == "digit_entropy_loss":
         kwargs.pop("dist2_tau", None)
         return digit_entropy_loss(logits, labels, places, VOCAB, reduction=reduction, **kwargs)
-    return digit_criterion_loss(criterion, logits, labels, places, VOCAB, reduction=reduction, **kwargs)
+    if criterion != "dist2":
+        kwargs.pop("dist2_tau", None)
+    if path == "hidden":
+        identity = torch.eye(logits.shape[-1], dtype=logits.dtype)
+        digits = digit_targets_from_hidden(logits, identity, labels, VOCAB)
+    else:
+        from del_plugin.core import digit_targets_from_logits
+
+        digits = digit_targets_from_logits(logits, labels, VOCAB)
+    return digit_criterion_loss(criterion, digits, places, reduction=reduction, **kwargs)
 
 
 def extreme_logits(pattern: str, labels: torch.Tensor, dtype, seed: int = 0) -> torch.Tensor:
@@ -201,21 +211,16 @@ PATTERNS = ["all +1e4", "all -1e4", "all equal", "random signs", "target +1e4, r
             "target -1e4, rest +1e4", "wrong digit +1e4"]
 
 
-def dense_grad(logits: torch.Tensor) -> torch.Tensor:
-    grad = logits.grad
-    assert grad is not None
-    return grad.to_dense() if grad.is_sparse else grad
-
-
-def value_and_grad(which, logits, labels, places, reduction, sparse_grad, **kwargs):
+def value_and_grad(which, logits, labels, places, reduction, path, **kwargs):
     leaf = logits.detach().clone().requires_grad_()
-    loss = loss_of(which, leaf, labels, places, reduction=reduction, sparse_grad=sparse_grad, **kwargs)
+    loss = loss_of(which, leaf, labels, places, reduction=reduction, path=path, **kwargs)
     loss.sum().backward()
-    return loss.detach(), dense_grad(leaf)
+    assert leaf.grad is not None
+    return loss.detach(), leaf.grad
 
 
 def check_finite(which, logits, labels, places, expect_zero=False, **kwargs):
-    """Finite values and gradients for the "mean", "sum" and "none" reductions and both gradient paths; 0
+    """Finite values and gradients for the "mean", "sum" and "none" reductions, from logits and hidden states; 0
     everywhere if ``expect_zero``.
 
     The "mean" gradient must be finite in every dtype. A "sum" gradient can exceed float16's range (65504) in
@@ -229,19 +234,19 @@ def check_finite(which, logits, labels, places, expect_zero=False, **kwargs):
     assert not per_position[places == NOT_A_DIGIT].any()  # exactly 0 off the digits
     if expect_zero:
         assert not per_position.any()
-    for sparse_grad in (True, False):
+    for path in PATHS if which[0] == "digit_criterion_loss" else ("logits",):
         for reduction in ("mean", "sum"):
-            loss, grad = value_and_grad(which, logits, labels, places, reduction, sparse_grad, **kwargs)
+            loss, grad = value_and_grad(which, logits, labels, places, reduction, path, **kwargs)
             assert loss.dtype == torch.float32 and torch.isfinite(loss), (reduction, loss)
             assert grad.dtype == logits.dtype and grad.shape == logits.shape
             if expect_zero:
                 assert loss.item() == 0.0 and not grad.any()
             if reduction == "mean" or logits.dtype != torch.float16:
-                assert torch.isfinite(grad).all(), (reduction, sparse_grad, grad.float().abs().max())
+                assert torch.isfinite(grad).all(), (reduction, path, grad.float().abs().max())
                 continue
-            _, ref = value_and_grad(which, logits.float(), labels, places, reduction, sparse_grad, **kwargs)
+            _, ref = value_and_grad(which, logits.float(), labels, places, reduction, path, **kwargs)
             assert torch.isfinite(ref).all()
-            assert torch.equal(grad, ref.to(torch.float16)), (sparse_grad, (grad.float() - ref).abs().max())
+            assert torch.equal(grad, ref.to(torch.float16)), (path, (grad.float() - ref).abs().max())
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
@@ -321,8 +326,8 @@ def test_place_weights_of_very_long_numbers_stay_finite_and_non_negative():
     # DIST2 reads the 6,000 decimals as an integer of their own: weights 6000 .. 1
     dist2 = dist2_place_weights(places)
     assert dist2[2].item() == 6000 and dist2[-1].item() == 1 and torch.isfinite(dist2).all()
-    # a steep decimal base underflows sooner; still 0, not NaN
-    steep = place_weights(places, PlaceWeighting(decimal_base=1e6))
+    # the steepest decimal base allowed underflows sooner; still 0, not NaN
+    steep = place_weights(places, PlaceWeighting(decimal_base=10.0))
     assert torch.isfinite(steep).all() and (steep >= 0).all()
 
 

@@ -281,7 +281,7 @@ def test_token_criteria_refuse_bad_arguments():
         token_criterion_terms("del", logits, labels, alpha=1.0)
     with pytest.raises(TypeError, match="takes no parameter dist2_tau"):
         token_criterion_terms("mixce", logits, labels, alpha=1.0, dist2_tau=2.0)
-    with pytest.raises(ValueError, match="del_mixce_eta"):
+    with pytest.raises(ValueError, match="`del_mixce_eta` must be a finite number"):
         token_criterion_terms("mixce", logits, labels, alpha=1.0, mixce_eta=float("nan"))
 
 
@@ -509,11 +509,11 @@ def small_dataset(tmp_path_factory):
     "overrides, message",
     [
         ({"del_criterion": "del2"}, r"del_criterion\n.*'mle', 'mixce', 'emo'"),
-        ({"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": 1.5}, r"`del_mixce_eta`: 1.5 is outside \[0, 1\]"),
-        ({"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": -0.1}, r"`del_mixce_eta`: -0.1 is outside"),
-        ({"del_criterion": "dist2", "del_dist2_tau": 0}, r"`del_dist2_tau`: 0.0 is outside \[0.01, 100\]"),
+        ({"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": 1.5}, r"`del_mixce_eta: 1.5` is outside \[0, 1\]"),
+        ({"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": -0.1}, r"`del_mixce_eta: -0.1` is outside"),
+        ({"del_criterion": "dist2", "del_dist2_tau": 0}, r"`del_dist2_tau: 0` is outside \[0.01, 100\]"),
         ({"del_criterion": "emo", "del_alpha": None}, r"`emo` replaces cross-entropy.*set it explicitly.*1.0"),
-        ({"del_criterion": "mixce", "del_alpha": 1.5}, r"del_alpha: 1.5 is outside \[0, 1\]: it interpolates"),
+        ({"del_criterion": "mixce", "del_alpha": 1.5}, r"`del_alpha: 1.5` is outside \[0, 1\]: it interpolates"),
         ({"del_criterion": "emo", "del_alpha": 1.0, "label_smoothing_factor": 0.1}, r"label_smoothing_factor"),
         ({"del_criterion": "mixce", "del_alpha": 1.0, "use_dft": True}, r"use_dft"),
     ],

@@ -21,11 +21,14 @@ class Bound:
     def check(self, name: str, value: Any) -> float:
         """``value`` as a float, or ``ValueError`` naming ``name``, the value, the interval and the reason.
         Booleans are not numbers here, and neither are infinities or NaN."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{name} must be a number, got {value!r}")
+        if isinstance(value, bool):
+            raise ValueError(f"`{name}` must be a number, not a boolean ({value})")
+        if not isinstance(value, (int, float)):
+            raise ValueError(f"`{name}` must be a number, got {value!r}")
         value = float(value)
-        below = value <= self.low if self.low_open else value < self.low
-        if not math.isfinite(value) or below or value > self.high:
+        if not math.isfinite(value):
+            raise ValueError(f"`{name}` must be a finite number, got {value}")
+        if (value <= self.low if self.low_open else value < self.low) or value > self.high:
             interval = f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
-            raise ValueError(f"{name}: {value} is outside {interval}: {self.reason}")
+            raise ValueError(f"`{name}: {value:g}` is outside {interval}: {self.reason}")
         return value

@@ -271,7 +271,7 @@ class Param:
         return f"del_{self.name}"
 
     def check(self, value: Any) -> float:
-        return self.bound.check(f"`{self.key}`", value)
+        return self.bound.check(self.key, value)
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ class DELSettings:
         defaults = PlaceWeighting()
         enabled = get("del_place_weighting", defaults.enabled)
         if not isinstance(enabled, bool):
-            raise ValueError(f"del_place_weighting must be true or false, got {enabled!r}")
+            raise ValueError(f"`del_place_weighting` must be true or false, got {enabled!r}")
         numbers = {name: bound.check(f"del_{name}", get(f"del_{name}", getattr(defaults, name)))
                    for name, bound in PLACE_WEIGHT_BOUNDS.items()}
         weighting = PlaceWeighting(enabled=enabled, **numbers)

@@ -610,6 +610,25 @@ ABLATION_CONFIGS = sorted(ABLATION.glob("*.yaml"))
 CRITERION_KEYS = {"del_criterion", "del_alpha", "del_mixce_eta", "del_dist2_tau", "output_dir"}
 
 
+def test_docs_table_is_the_registry():
+    from del_plugin.hf.settings import criteria_table
+
+    text = (REPO / "docs" / "criteria.md").read_text(encoding="utf-8")
+    start = text.index("-->\n", text.index("<!-- criteria-table")) + 4
+    assert text[start:text.index("<!-- /criteria-table -->")] == criteria_table(), (
+        "docs/criteria.md's table is out of date; paste del_plugin.hf.settings.criteria_table() into it")
+
+
+def test_ablation_runner_defaults_to_one_config_per_registered_criterion():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_ablation", ABLATION / "run_ablation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    configs = module.ablation_configs()
+    assert [p.stem for p in configs] == list(CRITERIA) and all(p.is_file() for p in configs)
+
+
 def test_one_ablation_config_per_criterion_differing_only_in_the_criterion():
     configs = {path.stem: yaml.safe_load(path.read_text()) for path in ABLATION_CONFIGS}
     assert sorted(configs) == sorted(CRITERIA)

@@ -18,6 +18,10 @@ class Bound:
     reason: str
     low_open: bool = False
 
+    @property
+    def interval(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+
     def check(self, name: str, value: Any) -> float:
         """``value`` as a float, or ``ValueError`` naming ``name``, the value, the interval and the reason.
         Booleans are not numbers here, and neither are infinities or NaN."""
@@ -29,6 +33,5 @@ class Bound:
         if not math.isfinite(value):
             raise ValueError(f"`{name}` must be a finite number, got {value}")
         if (value <= self.low if self.low_open else value < self.low) or value > self.high:
-            interval = f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
-            raise ValueError(f"`{name}: {value:g}` is outside {interval}: {self.reason}")
+            raise ValueError(f"`{name}: {value:g}` is outside {self.interval}: {self.reason}")
         return value

@@ -283,14 +283,17 @@ class CriterionSpec:
     ``terms`` computes the per-position term: for a digit criterion ``terms(digits, places, weighting, **params)``
     (zeros off the digit targets), for a token criterion ``terms(logits, labels, alpha=, ignore_index=, **params,
     **state)`` returning :class:`TokenCriterionTerms`. ``prepare(model)`` builds extra state a token criterion needs
-    once per run (EMO's cost embedding). ``formula`` is the loss as the docs table shows it."""
+    once per run (EMO's cost embedding). ``formula`` is the loss as the docs table shows it; ``place_keys`` are the
+place-weight keys it reads (:class:`~del_plugin.core.places.PlaceWeighting`). Adding a criterion is one function
+and one entry in :data:`CRITERIA`: the config fields, their validation, the dispatch, the docs table and the
+ablation configs follow from it."""
 
     name: str
     kind: Literal["digit", "token", "none"]
     formula: str
     terms: Callable[..., Any] | None = None
     params: tuple[Param, ...] = ()
-    place_weighted: bool = False
+    place_keys: tuple[str, ...] = ()
     prepare: Callable[[Any], dict] | None = None
 
     def check_params(self, params: dict) -> dict[str, float]:
@@ -329,6 +332,8 @@ def _emo_state(model) -> dict:
     return {"cost_embedding": emo_cost_embedding(head.weight)}
 
 
+_DEL_PLACE_KEYS = ("del_place_weighting", "del_integer_slope", "del_decimal_base")
+
 CRITERIA: dict[str, CriterionSpec] = {
     spec.name: spec
     for spec in (
@@ -348,15 +353,15 @@ CRITERIA: dict[str, CriterionSpec] = {
                       lambda digits, places, weighting: ntl_mse_token_losses(digits)),
         CriterionSpec("dist2", "digit",
                       "`CE + alpha * mean_digits w_t KL(q_t ‖ p_hat)`, `q_t = softmax_k(-(y - k)^2 / tau)`",
-                      _dist2_terms, place_weighted=True,
+                      _dist2_terms, place_keys=("del_place_weighting",),
                       params=(Param("dist2_tau", 1.0, Bound(0.01, 100.0, "tau scales the squared digit distance; "
                                                                       "far outside this q is one-hot or uniform"),
                                     "DIST2 temperature tau of the target q = softmax_k(-(y - k)^2 / tau) (paper: 1)"),)),
         CriterionSpec("del", "digit", "`CE + alpha * mean_digits u_t mean_k(p_hat_k BCE_k)`", _del_terms,
-                      place_weighted=True),
+                      place_keys=_DEL_PLACE_KEYS),
         CriterionSpec("del_dist", "digit",
                       "`CE + alpha * mean_digits u_t mean_k(p_hat_k BCE_k) * sum_k p_hat_k abs(y - k)`",
-                      _del_dist_terms, place_weighted=True),
+                      _del_dist_terms, place_keys=_DEL_PLACE_KEYS),
     )
 }
 DIGIT_CRITERIA: tuple[str, ...] = tuple(n for n, c in CRITERIA.items() if c.kind == "digit")

@@ -10,7 +10,7 @@ from ..core.bounds import Bound
 from ..core.criteria import CRITERIA, CriterionSpec, criterion_spec
 from ..core.places import PLACE_WEIGHT_BOUNDS, PlaceWeighting
 
-__all__ = ["ALPHA_BOUNDS", "DEFAULT_ALPHA", "DELSettings"]
+__all__ = ["ALPHA_BOUNDS", "DEFAULT_ALPHA", "DELSettings", "criteria_table"]
 
 DEFAULT_ALPHA = 0.1  # a digit criterion's weight when none is given (README: "Choosing del_alpha")
 ALPHA_BOUNDS: dict[str, Bound] = {
@@ -79,3 +79,21 @@ class DELSettings:
         weighting = PlaceWeighting(enabled=enabled, **numbers)
         params = {p.name: get(p.key, p.default) for p in spec.params}
         return cls(criterion=criterion, alpha=get("del_alpha", None), weighting=weighting, params=params)
+
+
+_ALPHA_MEANING = {
+    "digit": f"weight of the digit term, in [0, 100] (default {DEFAULT_ALPHA})",
+    "token": "interpolation, in [0, 1], **required**",
+    "none": "unused (a warning if set)",
+}
+
+
+def criteria_table() -> str:
+    """The markdown table of every criterion, its loss, what ``del_alpha`` means and its own keys (docs/criteria.md
+    shows it; a test keeps the two equal)."""
+    rows = ["| `del_criterion` | loss | `del_alpha` | own keys |", "|---|---|---|---|"]
+    for spec in CRITERIA.values():
+        keys = [f"`{p.key}` (in {p.bound.interval}, default {p.default:g})" for p in spec.params]
+        keys += [f"`{k}`" for k in spec.place_keys]
+        rows.append(f"| `{spec.name}` | {spec.formula} | {_ALPHA_MEANING[spec.kind]} | {', '.join(keys)} |")
+    return "\n".join(rows) + "\n"

@@ -31,6 +31,13 @@ EVAL_METRICS = ("eval_loss", "eval_ce_loss", "eval_del_l_num", "eval_digit_accur
 COLUMNS = ("config", "criterion", "status", "steps", *TRAIN_METRICS, *EVAL_METRICS, "train_runtime_s")
 
 
+def ablation_configs() -> list[Path]:
+    """One config per criterion of the registry, next to this script."""
+    from del_plugin.core.criteria import CRITERIA
+
+    return [Path(__file__).resolve().parent / f"{name}.yaml" for name in CRITERIA]
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``key=value`` (``a.b=value`` for a nested key); the value is read as YAML (numbers, lists, dicts)."""
     key, sep, value = text.partition("=")
@@ -138,7 +145,9 @@ def history_path(table_dir: Path, name: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("configs", nargs="+", type=Path, help="Axolotl YAML configs, run in this order")
+    parser.add_argument("configs", nargs="*", type=Path,
+                        help="Axolotl YAML configs, run in this order (default: examples/ablation/<criterion>.yaml for "
+                        "every criterion of del_plugin.core.criteria.CRITERIA, in the registry's order)")
     parser.add_argument("--override", action="append", default=[], type=parse_override, metavar="KEY=VALUE",
                         help="set a key in every config (YAML value; a.b=... for nested keys); repeatable")
     parser.add_argument("--output-root", type=Path, default=None,
@@ -153,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     log = get_logger("del_plugin.ablation")
+    if not args.configs:
+        args.configs = ablation_configs()
     names = [path.stem for path in args.configs]
     if len(set(names)) != len(names):
         parser.error(f"config names must be unique (they name the runs): {names}")

@@ -353,3 +353,22 @@ def test_unverified_architectures_are_refused(model_type, extra, words):
     config = AutoConfig.for_model(model_type, **extra)
     with pytest.raises(DigitCaptureError, match=words):
         check_architecture(config)
+
+
+def test_row_blocks_give_the_unblocked_result(monkeypatch):
+    # the float32 copies are made in blocks of rows; with blocks of 5 rows the 82 positions span 17 blocks
+    from del_plugin.core import hidden as hidden_module
+
+    labels, places = aligned_batch()
+    results = []
+    for block in (4096, 5):
+        monkeypatch.setattr(hidden_module, "_BLOCK_ROWS", block)
+        torch.manual_seed(12)
+        hidden = torch.randn(*labels.shape, H, dtype=torch.bfloat16, requires_grad=True)
+        weight = torch.randn(V, H, dtype=torch.bfloat16, requires_grad=True)
+        ce = F.cross_entropy((hidden @ weight.T).float().reshape(-1, V), labels.reshape(-1))
+        digits = digit_targets_from_hidden(hidden, weight, labels, VOCAB)
+        (ce + digit_term(digits, places)).backward()
+        results.append((digits.logits.detach(), hidden.grad, weight.grad))
+    for unblocked, blocked in zip(*results):
+        torch.testing.assert_close(blocked, unblocked, rtol=1e-6, atol=1e-6)

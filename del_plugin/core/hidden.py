@@ -9,8 +9,9 @@ cross-entropy).
 Precision. The product runs in float32 from the model's own ``h`` and ``W`` (bf16 or fp16 in mixed precision),
 with autocast off: the digit logits are then as exact as a float32 head would give, where the model's own
 bf16 logits are rounded to 8 significant bits (a step of 0.125 at a logit of 20) before any loss sees them.
-The float32 copy of ``h`` is made in blocks of ``_BLOCK_ROWS`` rows and not kept; the backward pass saves ``h``
-itself (the same tensor the head's backward saves) and the ``10F x H`` rows.
+The float32 copies of ``h`` (forward) and of its gradient (backward) are made in blocks of ``_BLOCK_ROWS`` rows and
+not kept; the backward pass saves ``h`` itself (the same tensor the head's or the fused loss's backward saves) and
+the ``10F x H`` rows.
 
 Gradients. ``h`` gets ``dz · rows``. The head weight gets ``dzᵀ · h`` on its ``10F`` digit rows only: a plain
 ``index_select`` would allocate a zero ``[V, H]`` gradient for them (1 GiB in bf16 for Qwen2.5-7B). Instead, for
@@ -40,6 +41,16 @@ _BLOCK_ROWS = 4096
 def _rows_times(hidden: torch.Tensor, rows_t: torch.Tensor) -> torch.Tensor:
     """``hidden.float() @ rows_t`` for ``hidden`` ``[N, H]`` in any float dtype and float32 ``rows_t`` ``[H, R]``."""
     return torch.cat([block.float() @ rows_t for block in hidden.split(_BLOCK_ROWS)])
+
+
+def _grad_hidden(grad: torch.Tensor, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``(grad @ rows.float()).to(dtype)`` (``[N, H]``) for float32 ``grad`` ``[N, R]``, in row blocks, so that the
+    float32 product never exists for more than ``_BLOCK_ROWS`` rows at a time."""
+    out = torch.empty(grad.shape[0], rows.shape[1], dtype=dtype, device=grad.device)
+    rows = rows.float()
+    for g, o in zip(grad.split(_BLOCK_ROWS), out.split(_BLOCK_ROWS)):
+        o.copy_(g @ rows)
+    return out
 
 
 def _grad_times(grad: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
@@ -103,7 +114,7 @@ class _HiddenDigitLogits(torch.autograd.Function):
         flat_grad = grad_z.reshape(-1, grad_z.shape[-1]).float()
         grad_hidden = None
         if ctx.needs_input_grad[0]:
-            grad_hidden = (flat_grad @ rows.float()).to(hidden.dtype).view(hidden.shape)
+            grad_hidden = _grad_hidden(flat_grad, rows, hidden.dtype).view(hidden.shape)
         grad_weight = None
         if ctx.needs_input_grad[1]:
             row_grad = _grad_times(flat_grad, hidden.reshape(-1, hidden.shape[-1]))  # [R, H]

@@ -51,21 +51,12 @@ def test_bad_values_name_the_key(base, key, value):
 CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 
 
-@pytest.fixture
-def unregister_cce():
-    # Axolotl's plugin manager is process-wide and would keep CCE's validators for every later config
-    yield
-    from axolotl.integrations.base import PluginManager
-
-    PluginManager.get_instance().plugins.pop(CCE, None)
-
-
 @pytest.mark.parametrize(
     "overrides",
     [{"liger_fused_linear_cross_entropy": True}, {"liger_cross_entropy": True}, {"chunked_cross_entropy": True},
      {"bf16": True, "plugins": [CCE, "del_plugin.DELPlugin"]}],
 )
-def test_every_cross_entropy_kernel_is_accepted(base, unregister_cce, overrides):
+def test_every_cross_entropy_kernel_is_accepted(base, overrides):
     # DEL reads the hidden states, so kernels that never return logits (or overwrite them) are fine
     cfg = load_config(base(**overrides))
     assert cfg.del_alpha == 0.3
@@ -79,7 +70,7 @@ def test_every_cross_entropy_kernel_is_accepted(base, unregister_cce, overrides)
      ({"liger_cross_entropy": True}, "liger_cross_entropy"),
      ({"chunked_cross_entropy": True}, "chunked_cross_entropy")],
 )
-def test_full_softmax_criteria_refuse_cross_entropy_kernels(base, unregister_cce, criterion, overrides, key):
+def test_full_softmax_criteria_refuse_cross_entropy_kernels(base, criterion, overrides, key):
     message = refused(base(del_criterion=criterion, del_alpha=1.0, **overrides))
     assert f"`{key}`" in message and "full softmax" in message and criterion in message
 
@@ -89,7 +80,7 @@ def test_full_softmax_criteria_refuse_cross_entropy_kernels(base, unregister_cce
     [{"liger_fused_linear_cross_entropy": True}, {"bf16": True, "plugins": [CCE, "del_plugin.DELPlugin"]}],
 )
 @pytest.mark.parametrize("targets", [["q_proj", "lm_head"], "model.*|lm_head"])
-def test_lora_on_the_head_is_refused_with_a_fused_loss(base, unregister_cce, overrides, targets):
+def test_lora_on_the_head_is_refused_with_a_fused_loss(base, overrides, targets):
     message = refused(base(lora_target_modules=targets, **overrides))
     assert "LoRA adapter on lm_head" in message and "lora_modules_to_save" in message
     # with plain cross-entropy the head adapter is read exactly (tests/test_hidden.py)

@@ -2,8 +2,9 @@
 DEL weight derived from the authors' scripts, and a few real training steps on CPU with the same YAML.
 
 The CPU runs change exactly what ``CPU_OVERRIDES`` lists (GPU-only features and the run length) and swap the
-model for a tiny random Llama that carries the family's real tokenizer and the dataset for local GSM8K rows; the
-prompt format, the adapter with its 4-bit base weights, packing and the DEL keys are the user's.
+model for a tiny random Llama that carries the family's real tokenizer and the dataset for local GSM8K rows; Cut
+Cross Entropy (QLoRA configs) is replaced by a CPU copy of its forward (tests/fused_kernels.py); the prompt format,
+the adapter with its 4-bit base weights, packing and the DEL keys are the user's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from axolotl_helpers import run_axolotl, train_logs
+from fused_kernels import CALLS, cce_style_forward, restored_forwards
 
 from del_plugin.assets import gsm8k_rows
 from del_plugin.cpu import write_alpaca_jsonl
@@ -27,6 +29,7 @@ from del_plugin.cpu import CPU_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
+CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 GPU_CHECK = REPO / "scripts" / "gpu_check.py"
 DEL_PARTS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
 
@@ -151,7 +154,10 @@ def test_example_passes_axolotl_validation_as_shipped(example_id):
     cfg = validate(shipped, kind)
 
     assert cfg.base_model == family.hub_id
-    assert cfg.plugins == ["del_plugin.DELPlugin"]
+    # the QLoRA configs save the logits' memory with Cut Cross Entropy; the full ones train the head with plain CE
+    assert cfg.plugins == ([CCE, "del_plugin.DELPlugin"] if kind == "qlora-24gb" else ["del_plugin.DELPlugin"])
+    if kind == "qlora-24gb":
+        assert cfg.cut_cross_entropy is True
     assert cfg.del_alpha == pytest.approx(family.authors.del_alpha, rel=1e-12)
     assert (cfg.del_place_weighting, cfg.del_integer_slope, cfg.del_decimal_base) == (True, 2.0, 1.02)
     assert [d["path"] for d in cfg.datasets] == ["TIGER-Lab/MathInstruct"]
@@ -171,6 +177,7 @@ def test_example_passes_axolotl_validation_as_shipped(example_id):
         assert cfg.gradient_checkpointing is True
         assert cfg.optimizer == "paged_adamw_8bit"
         assert not cfg.fsdp_config
+        assert cfg.micro_batch_size * cfg.gradient_accumulation_steps == 16
     else:
         # the paper's recipe: full fine-tune, the paper's learning rate and rows per optimizer step, FSDP2 over
         # 8 GPUs wrapping the family's decoder layer class
@@ -265,6 +272,10 @@ def cpu_run_config(example_id: str, tmp_path: Path, dataset: Path) -> dict:
     model_dir = str(tiny_model_dir(family_of(example_id).tokenizer))
     (source,) = cfg["datasets"]
     cfg.update(CPU_OVERRIDES)
+    # Cut Cross Entropy cannot run here (fork not on PyPI, Ampere-only kernel, bf16 required): the test runs its
+    # forward's CPU copy instead (see cce_forward_on_cpu)
+    cfg["plugins"] = [p for p in cfg["plugins"] if p != CCE]
+    cfg["cut_cross_entropy"] = None
     cfg.update(
         base_model=model_dir,
         tokenizer_config=model_dir,
@@ -285,8 +296,16 @@ def test_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_path, g
 
     family, kind = family_of(example_id), example_id.split("/")[1]
     shipped = load_example(example_id)
-    trainer = run_axolotl(cpu_run_config(example_id, tmp_path, gsm8k_alpaca))
+    uses_cce = CCE in shipped["plugins"]
+    before = CALLS["cce_style_forward"]
+    with restored_forwards():
+        if uses_cce:  # the tiny models are Llamas; the fork patches the causal LM's forward the same way
+            from transformers import LlamaForCausalLM
+
+            LlamaForCausalLM.forward = cce_style_forward
+        trainer = run_axolotl(cpu_run_config(example_id, tmp_path, gsm8k_alpaca))
     assert isinstance(trainer, DELTrainer)
+    assert (CALLS["cce_style_forward"] > before) == uses_cce
 
     # the family's digits: the trainer found the tokenizer's own '0'..'9'
     tokenizer = load_tokenizer(family.tokenizer)

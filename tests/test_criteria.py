@@ -297,7 +297,7 @@ def test_unknown_criterion_is_refused_and_token_criteria_add_no_digit_term():
 
 # ---------------------------------------------------------------------------------------------- slow oracle
 def oracle_digit_terms(criterion, logits, labels, places, tau=1.0, weighting=PlaceWeighting()):
-    """Per-token terms one digit at a time with explicit Python sums, from the formulas in the issue."""
+    """Per-token terms one digit at a time with explicit Python sums, from the formulas in docs/criteria.md."""
     out = torch.zeros(labels.shape, dtype=torch.float64)
     flat_places = places.view(-1).tolist()
     for b in range(labels.shape[0]):

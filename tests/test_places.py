@@ -27,7 +27,7 @@ def test_pi_places_and_weights():
     weights = place_weights(number_places(encode("3.14159"), VOCAB))
     expected = [2, 0, 1.02**-2, 1.02**-3, 1.02**-4, 1.02**-5, 1.02**-6]
     assert weights.tolist() == pytest.approx(expected, rel=1e-6)
-    # the same weights rounded to four places, as the paper's worked example lists them
+    # rounded to four places, worked out by hand: 1.02**-2 = 0.9612, 1.02**-6 = 0.8880
     assert [round(w, 4) for w in weights.tolist()] == [2, 0, 0.9612, 0.9423, 0.9238, 0.9057, 0.8880]
 
 

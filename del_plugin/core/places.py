@@ -1,17 +1,19 @@
 """Number spans in label sequences: the place of each digit in its number, and DEL's place weights.
 
 A *number* is a maximal run of consecutive digit / decimal-point labels inside one sequence. Everything here is
-vectorised over the batch (cumulative sums and scatters, no Python loop over tokens or numbers), so it runs in
-the data collator at the cost of a few passes over the labels.
+vectorised over the batch (running maxima and minima, no Python loop over tokens or numbers), so it runs in the
+data collator at the cost of a few passes over the labels: with NumPy on CPU tensors (a few dozen array
+operations per batch), with the same steps in torch on other devices.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from .vocab import DigitVocab
+from .vocab import KIND_DIGIT, KIND_FRESH, KIND_POINT, DigitVocab
 
 __all__ = [
     "NOT_A_DIGIT",
@@ -44,7 +46,20 @@ def number_places(
       punctuation with the point ('*.' in "18*.5") opens a number '.5'.
     * A second decimal point ends the number and starts a new one: '1.2.3' reads as 1.2 then .3.
     * Signs and thousands separators are not part of numbers: '-1,234' reads as 1 then 234.
+
+    Returns int32 of the shape of ``labels``, on its device. CPU tensors (the collator's) are read with NumPy in
+    one pass over the flattened batch; tensors on other devices with the same steps in torch, on that device
+    (no copy to the host).
     """
+    labels, position_ids, squeeze = _as_batch(labels, position_ids)
+    place = _places(labels, vocab, position_ids, shift=False)
+    return place.squeeze(0) if squeeze else place
+
+
+def _as_batch(
+    labels: torch.Tensor, position_ids: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+    """``labels`` and ``position_ids`` as ``[B, T]``, and whether ``labels`` was ``[T]``."""
     squeeze = labels.dim() == 1
     if squeeze:
         labels = labels.unsqueeze(0)
@@ -55,57 +70,118 @@ def number_places(
         raise ValueError(
             f"position_ids {tuple(position_ids.shape)} must have the shape of labels {tuple(labels.shape)}"
         )
-    batch, length = labels.shape
-    device = labels.device
+    return labels, position_ids, squeeze
+
+
+def _places(
+    labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None, shift: bool
+) -> torch.Tensor:
+    """int32 ``[B, T]`` places of ``[B, T]`` labels; with ``shift``, already moved one position to the left (the
+    place of ``labels[:, t + 1]`` at ``t``, ``NOT_A_DIGIT`` in the last column)."""
     if labels.numel() == 0:
-        empty = torch.full(labels.shape, NOT_A_DIGIT, dtype=torch.int32, device=device)
-        return empty.squeeze(0) if squeeze else empty
-    digit, family = vocab.classify(labels)
-    is_digit = digit >= 0
-    bare_point, leading_point = vocab.decimal_points(labels)
-    is_dot = bare_point | leading_point
+        return torch.full(labels.shape, NOT_A_DIGIT, dtype=torch.int32, device=labels.device)
+    if labels.device.type == "cpu" and (position_ids is None or position_ids.device.type == "cpu"):
+        pos = None if position_ids is None else position_ids.numpy()
+        return torch.from_numpy(_places_numpy(labels.numpy(), vocab.kind_table, pos, shift))
+    place = _places_torch(labels, vocab.kind_table_on(labels.device), position_ids)
+    return shift_to_next_token(place, NOT_A_DIGIT) if shift else place
 
-    # Positions where nothing can continue a number from the left.
-    fresh = torch.zeros_like(is_digit)
-    fresh[:, 0] = True
-    if position_ids is not None and length > 1:
-        fresh[:, 1:] |= position_ids[:, 1:] != position_ids[:, :-1] + 1
-    fresh |= family > 0  # space-marked digits
-    fresh |= leading_point  # '*.' can only open a number ('18*.5' is 18 then .5)
 
-    # A '.' is a decimal-point candidate when the next position is a digit that continues the same number.
-    continues_digit = torch.zeros_like(is_digit)
-    continues_digit[:, :-1] = is_digit[:, 1:] & ~fresh[:, 1:]
-    point = is_dot & continues_digit
-    member = is_digit | point
-    prev_member = torch.zeros_like(member)
-    prev_member[:, 1:] = member[:, :-1]
-    start = member & (fresh | ~prev_member)
+# How the number reader works (both implementations below take the same steps).
+#
+# Flatten the batch; rows never share a number because position 0 of each row is *fresh* (nothing continues a
+# number from the left there, as at packing restarts, space-marked digits and leading-point tokens). A '.' is a
+# decimal *point* when the next position is a digit that is not fresh; *members* are digits and points; a member
+# *starts* a run when it is fresh or follows a non-member. Within a run, a point after the first one starts a new
+# number ('1.2.3' is 1.2 then .3), so the point that a digit after a point belongs to is always the latest point
+# before it, and a digit is a decimal digit exactly when that point is not before its run's start (a leading
+# point is the start). Hence:
+#
+# * decimal digit at t: place = (latest point <= t) - t, negative;
+# * integer digit at t: place = (next *stop* > t) - t - 1, where a stop is a point, a start or a non-member:
+#   the decimal point, or one past the last digit when the number has no point.
+#
+# One forward running maximum finds the latest start-or-point (encoded 2 i + 1 for a point and 2 i for a start,
+# so that its parity tells which), one backward running minimum the next stop. No per-number scatter is needed.
 
-    # Flatten: rows never share a number because position 0 of each row is `fresh`.
+def _places_numpy(
+    labels: np.ndarray, kind_table: np.ndarray, position_ids: np.ndarray | None, shift: bool
+) -> np.ndarray:
+    """:func:`number_places` of a nonempty ``[B, T]`` array with NumPy; ``shift`` as in :func:`_places`."""
+    batch, length = labels.shape
     n = batch * length
-    member_f, point_f, start_f = member.reshape(-1), point.reshape(-1), start.reshape(-1)
-    dump = torch.full_like(member_f, n, dtype=torch.long)  # scatter target for positions outside numbers
-    # Every decimal point after the first one in a run starts a new number.
-    run = torch.cumsum(start_f, 0) - 1
-    points_incl = torch.cumsum(point_f, 0)
-    points_before_run = torch.zeros(n + 1, dtype=torch.long, device=device)
-    points_before_run.scatter_(0, torch.where(start_f, run, dump), points_incl - point_f.long())
-    points_in_run = points_incl - points_before_run[torch.where(member_f, run, dump)]
-    start_f = start_f | (point_f & (points_in_run >= 2))
+    ids = labels.reshape(-1)
+    if ids.dtype != np.int64 and ids.dtype != np.int32:
+        ids = ids.astype(np.int64)
+    kind = kind_table.take(ids + 1, mode="clip")
+    # canonical 0/1 masks (a bool view of other byte values would not be a proper bool)
+    is_digit = (kind & KIND_DIGIT).view(np.bool_)
+    is_dot = ((kind >> 1) & 1).view(np.bool_)  # KIND_POINT
+    fresh = (kind >> 2).view(np.bool_)  # KIND_FRESH, the highest bit
+    fresh[::length] = True
+    if position_ids is not None and length > 1:
+        p = position_ids.reshape(-1)
+        fresh[1:] |= p[1:] != p[:-1] + 1
 
-    run = torch.cumsum(start_f, 0) - 1
-    run_of_member = torch.where(member_f, run, dump)
-    pos = torch.arange(n, device=device)
-    last = torch.full((n + 1,), -1, dtype=torch.long, device=device)
-    last.scatter_reduce_(0, run_of_member, pos, reduce="amax")
-    point_pos = torch.full((n + 1,), -1, dtype=torch.long, device=device)
-    point_pos.scatter_reduce_(0, torch.where(point_f, run, dump), pos, reduce="amax")
-    # The anchor is where the decimal point is, or would be: one past the last digit of an integer.
-    anchor = torch.where(point_pos >= 0, point_pos, last + 1)[run_of_member]
-    place = torch.where(pos < anchor, anchor - pos - 1, anchor - pos)
-    place = torch.where(is_digit.reshape(-1), place, NOT_A_DIGIT).to(torch.int32).view(batch, length)
-    return place.squeeze(0) if squeeze else place
+    point = np.zeros(n, dtype=np.bool_)
+    np.greater(is_digit[1:], fresh[1:], out=point[:-1])  # the next position is a digit that continues
+    point &= is_dot
+    member = is_digit | point
+    start = np.empty(n, dtype=np.bool_)
+    start[0] = True
+    np.greater_equal(fresh[1:], member[:-1], out=start[1:])  # fresh, or after a non-member
+    start &= member
+
+    idx = np.arange(n, dtype=np.int32 if n < 2**30 else np.int64)  # 2 * idx + 1 must not overflow
+    start_or_point = start | point
+    latest = np.where(start_or_point, 2 * idx + point, -1)
+    np.maximum.accumulate(latest, out=latest)
+    stops = np.where(start_or_point | ~member, idx, n)
+    next_stop = np.empty_like(idx)
+    next_stop[-1] = n
+    np.minimum.accumulate(stops[:0:-1], out=next_stop[-2::-1])
+    place = (np.where(latest & 1, latest >> 1, next_stop - 1) - idx).astype(np.int32, copy=False)
+
+    if shift:
+        out = np.empty(n, dtype=np.int32)
+        out[:-1] = place[1:]
+        np.copyto(out[:-1], NOT_A_DIGIT, where=~is_digit[1:])
+        out[length - 1 :: length] = NOT_A_DIGIT
+    else:
+        out = place
+        np.copyto(out, NOT_A_DIGIT, where=~is_digit)
+    return out.reshape(batch, length)
+
+
+def _places_torch(labels: torch.Tensor, kind_table: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:
+    """:func:`number_places` of a ``[B, T]`` tensor (nonempty), in torch on its device (no shift)."""
+    batch, length = labels.shape
+    n = batch * length
+    device = labels.device
+    ids = labels.reshape(-1).long()
+    kind = kind_table[(ids + 1).clamp_(0, kind_table.numel() - 1)]
+    is_digit = (kind & KIND_DIGIT) != 0
+    is_dot = (kind & KIND_POINT) != 0
+    fresh = (kind & KIND_FRESH) != 0
+    fresh[::length] = True
+    if position_ids is not None and length > 1:
+        p = position_ids.reshape(-1)
+        fresh[1:] |= p[1:] != p[:-1] + 1
+
+    point = torch.zeros(n, dtype=torch.bool, device=device)
+    point[:-1] = is_dot[:-1] & is_digit[1:] & ~fresh[1:]
+    member = is_digit | point
+    start = member.clone()
+    start[1:] &= fresh[1:] | ~member[:-1]
+
+    idx = torch.arange(n, device=device)
+    start_or_point = start | point
+    latest = torch.where(start_or_point, 2 * idx + point, -1).cummax(0).values
+    stops = torch.where(start_or_point | ~member, idx, n)
+    next_stop = torch.full((n,), n, dtype=torch.long, device=device)
+    next_stop[:-1] = stops.flip(0).cummin(0).values.flip(0)[1:]
+    place = torch.where((latest & 1) != 0, latest >> 1, next_stop - 1) - idx
+    return torch.where(is_digit, place, NOT_A_DIGIT).to(torch.int32).view(batch, length)
 
 
 @dataclass(frozen=True)
@@ -155,7 +231,10 @@ def next_token_places(
     ``shift_labels``, when a collator provides them, are the targets the model's loss really uses; positions they
     mask are masked here too.
     """
-    aligned = shift_to_next_token(number_places(labels, vocab, position_ids), NOT_A_DIGIT)
+    labels, position_ids, squeeze = _as_batch(labels, position_ids)
+    aligned = _places(labels, vocab, position_ids, shift=True)
+    if squeeze:
+        aligned = aligned.squeeze(0)
     if shift_labels is not None:
         aligned = torch.where(shift_labels == -100, NOT_A_DIGIT, aligned)
     return aligned

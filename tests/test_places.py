@@ -192,28 +192,49 @@ def test_oracle_agrees_with_hand_examples():
 # `number_places` reads CPU tensors with NumPy and other devices with a torch pass; both must give exactly what the
 # previous implementation (kept in tests/places_oracle.py) gives, on every kind of token the vocabulary knows.
 
-OUTSIDE_TABLE = [V, V + 1, 2**31 - 1, 2**31, 2**40, 2**63 - 1, -1, -2, -101, -(2**63)]
-TOKEN_KINDS = {
-    "bare digit": [TOKEN_ID[c] for c in DIGITS],
-    "space-marked digit": [TOKEN_ID[c] for c in SPACE_MARKED],
-    "point": [TOKEN_ID["."]],
-    "leading point": [TOKEN_ID["@"]],
-    "ignore": [-100],
-    "other": [TOKEN_ID[c] for c in " abz,-$%=+*/:;"],
-    "outside the table": OUTSIDE_TABLE,
-}
-# digits and points weighted up, so that long numbers, '1.2.3' and '.5' shapes are common
-token_ids = st.one_of(
-    st.sampled_from(TOKEN_KINDS["bare digit"]),
-    st.sampled_from(TOKEN_KINDS["bare digit"]),
-    st.sampled_from(TOKEN_KINDS["point"] + TOKEN_KINDS["leading point"]),
-    *(st.sampled_from(ids) for ids in TOKEN_KINDS.values()),
+def token_kinds(vocab: DigitVocab, others: list[int]) -> dict[str, list[int]]:
+    table = vocab.table_size
+    return {
+        "bare digit": list(vocab.family_token_ids[0]),
+        "space-marked digit": list(vocab.family_token_ids[1]),
+        "point": [vocab.decimal_point_id],
+        "leading point": list(vocab.leading_point_ids),
+        "ignore": [-100],
+        "other": others,
+        "outside the table": [table, table + 1, 2**31 - 1, 2**31, 2**40, 2**63 - 1, -1, -2, -101, -(2**63)],
+    }
+
+
+def token_strategy(kinds: dict[str, list[int]]) -> st.SearchStrategy[int]:
+    # digits and points weighted up, so that long numbers, '1.2.3' and '.5' shapes are common
+    return st.one_of(
+        st.sampled_from(kinds["bare digit"]),
+        st.sampled_from(kinds["bare digit"]),
+        st.sampled_from(kinds["point"] + kinds["leading point"]),
+        *(st.sampled_from(ids) for ids in kinds.values()),
+    )
+
+
+TOKEN_KINDS = token_kinds(VOCAB, [TOKEN_ID[c] for c in " abz,-$%=+*/:;"])
+# a vocabulary whose token 0 is the digit '0': the clipped table lookup reads -100 as token 0 and must undo it
+ZERO_VOCAB = DigitVocab(
+    family_token_ids=(tuple(range(10)), tuple(range(10, 20))),
+    family_markers=("", "▁"),
+    decimal_point_id=20,
+    leading_point_ids=(21,),
+    name="digits-first",
 )
+VOCAB_CASES = [
+    (VOCAB, token_strategy(TOKEN_KINDS)),
+    (ZERO_VOCAB, token_strategy(token_kinds(ZERO_VOCAB, list(range(22, 30))))),
+]
 
 
 @st.composite
 def label_batches(draw, max_rows: int = 4, max_len: int = 24):
-    """(labels, position_ids or None, shift_labels or None): ``[B, T]`` or ``[T]``, empty and length 1 included."""
+    """(vocab, labels, position_ids or None, shift_labels or None): labels ``[B, T]`` or ``[T]``, empty and length 1
+    included, from one of the test vocabularies."""
+    vocab, token_ids = draw(st.sampled_from(VOCAB_CASES))
     one_d = draw(st.booleans())
     rows = 1 if one_d else draw(st.integers(0, max_rows))
     length = draw(st.integers(0, max_len))
@@ -245,7 +266,7 @@ def label_batches(draw, max_rows: int = 4, max_len: int = 24):
         labels = labels[0]
         position_ids = None if position_ids is None else position_ids[0]
         shift_labels = None if shift_labels is None else shift_labels[0]
-    return labels, position_ids, shift_labels
+    return vocab, labels, position_ids, shift_labels
 
 
 def assert_same(got: torch.Tensor, expected: torch.Tensor) -> None:
@@ -257,11 +278,11 @@ def assert_same(got: torch.Tensor, expected: torch.Tensor) -> None:
 @settings(max_examples=400, deadline=None)
 @given(label_batches())
 def test_number_places_equals_the_reference(batch):
-    labels, position_ids, shift_labels = batch
-    assert_same(number_places(labels, VOCAB, position_ids), oracle_number_places(labels, VOCAB, position_ids))
+    vocab, labels, position_ids, shift_labels = batch
+    assert_same(number_places(labels, vocab, position_ids), oracle_number_places(labels, vocab, position_ids))
     assert_same(
-        next_token_places(labels, VOCAB, position_ids, shift_labels),
-        oracle_next_token_places(labels, VOCAB, position_ids, shift_labels),
+        next_token_places(labels, vocab, position_ids, shift_labels),
+        oracle_next_token_places(labels, vocab, position_ids, shift_labels),
     )
 
 
@@ -269,13 +290,13 @@ def test_number_places_equals_the_reference(batch):
 @given(label_batches())
 def test_torch_pass_for_other_devices_equals_the_reference(batch):
     # the path tensors on a GPU take, run here on the CPU
-    labels, position_ids, _ = batch
+    vocab, labels, position_ids, _ = batch
     labels2d = labels.unsqueeze(0) if labels.dim() == 1 else labels
     if labels2d.numel() == 0:
         return
     pos2d = None if position_ids is None else position_ids.reshape(labels2d.shape)
-    got = _places_torch(labels2d, VOCAB.kind_table_on(labels.device), pos2d)
-    assert_same(got, oracle_number_places(labels2d, VOCAB, pos2d))
+    got = _places_torch(labels2d, vocab, pos2d)
+    assert_same(got, oracle_number_places(labels2d, vocab, pos2d))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -292,15 +313,19 @@ def test_cuda_tensors_stay_on_the_device():
     assert_same(aligned.cpu(), oracle_next_token_places(cpu_labels, VOCAB, cpu_pos, cpu_shift))
 
 
-def test_kind_table_agrees_with_classify_and_decimal_points():
-    ids = torch.tensor(sorted(set(range(-3, V + 3)) | set(OUTSIDE_TABLE)))
-    digit, family = VOCAB.classify(ids)
-    bare, leading = VOCAB.decimal_points(ids)
-    kind = torch.from_numpy(VOCAB.kind_table.take(ids.numpy() + 1, mode="clip")).long()
+@pytest.mark.parametrize("vocab", [VOCAB, ZERO_VOCAB], ids=["fake", "digits-first"])
+def test_kind_table_agrees_with_classify_and_decimal_points(vocab):
+    ids = torch.tensor(sorted(set(range(-3, vocab.table_size + 3)) | set(TOKEN_KINDS["outside the table"][:4])))
+    digit, family = vocab.classify(ids)
+    bare, leading = vocab.decimal_points(ids)
+    kind = torch.from_numpy(vocab.kind_table.take(ids.numpy(), mode="clip")).long()
+    if vocab.token_zero_has_a_kind:
+        kind = torch.where(ids < 0, 0, kind)
     assert torch.equal((kind & 1) != 0, digit >= 0)
     assert torch.equal((kind & 2) != 0, bare | leading)
     assert torch.equal((kind & 4) != 0, (family > 0) | leading)
-    assert VOCAB.kind_table_on(torch.device("cpu")).tolist() == VOCAB.kind_table.tolist()
+    assert vocab.kind_table_on(torch.device("cpu")).tolist() == vocab.kind_table.tolist()
+    assert vocab.token_zero_has_a_kind == (vocab is ZERO_VOCAB)
 
 
 # the real tokenizer on GSM8K answers: padded like DataCollatorForSeq2Seq and packed like the multipack collator

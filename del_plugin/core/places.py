@@ -1,14 +1,14 @@
 """Number spans in label sequences: the place of each digit in its number, and DEL's place weights.
 
 A *number* is a maximal run of consecutive digit / decimal-point labels inside one sequence. Everything here is
-vectorised over the batch (running maxima and minima, no Python loop over tokens or numbers), so it runs in the
-data collator at the cost of a few passes over the labels: with NumPy on CPU tensors (a few dozen array
-operations per batch), with the same steps in torch on other devices.
+vectorised over the batch (no Python loop over tokens or numbers): CPU tensors, as the data collator has them, are
+read with NumPy in about twenty array operations per batch; tensors on other devices with torch on their device.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -47,141 +47,201 @@ def number_places(
     * A second decimal point ends the number and starts a new one: '1.2.3' reads as 1.2 then .3.
     * Signs and thousands separators are not part of numbers: '-1,234' reads as 1 then 234.
 
-    Returns int32 of the shape of ``labels``, on its device. CPU tensors (the collator's) are read with NumPy in
-    one pass over the flattened batch; tensors on other devices with the same steps in torch, on that device
-    (no copy to the host).
+    Returns int32 of the shape of ``labels``, on its device. CPU tensors (the collator's) are read with NumPy;
+    tensors on other devices with torch, on that device (no copy to the host, no synchronisation).
     """
-    labels, position_ids, squeeze = _as_batch(labels, position_ids)
-    place = _places(labels, vocab, position_ids, shift=False)
-    return place.squeeze(0) if squeeze else place
+    return _read(labels, vocab, position_ids, shift=False)
 
 
-def _as_batch(
-    labels: torch.Tensor, position_ids: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
-    """``labels`` and ``position_ids`` as ``[B, T]``, and whether ``labels`` was ``[T]``."""
+def _read(
+    labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None, shift: bool
+) -> torch.Tensor:
+    """:func:`number_places` (``shift=False``) or its values moved one position to the left (``shift=True``: the
+    place of ``labels[..., t + 1]`` at ``t``, ``NOT_A_DIGIT`` in the last column). CPU tensors are read with NumPy,
+    others in torch on their device."""
+    if labels.is_cpu and (position_ids is None or position_ids.is_cpu):
+        ids = labels.numpy()
+        pos = None if position_ids is None else position_ids.numpy()
+        squeeze = ids.ndim == 1
+        if squeeze:
+            ids = ids.reshape(1, -1)
+            pos = None if pos is None else pos.reshape(1, -1)
+        _check_shapes(ids.shape, None if pos is None else pos.shape)
+        place = torch.from_numpy(_places_numpy(ids, vocab, pos, shift))
+        return place[0] if squeeze else place
     squeeze = labels.dim() == 1
     if squeeze:
         labels = labels.unsqueeze(0)
         position_ids = None if position_ids is None else position_ids.reshape(1, -1)
-    if labels.dim() != 2:
-        raise ValueError(f"labels must be [B, T] or [T], got shape {tuple(labels.shape)}")
-    if position_ids is not None and position_ids.shape != labels.shape:
-        raise ValueError(
-            f"position_ids {tuple(position_ids.shape)} must have the shape of labels {tuple(labels.shape)}"
-        )
-    return labels, position_ids, squeeze
-
-
-def _places(
-    labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None, shift: bool
-) -> torch.Tensor:
-    """int32 ``[B, T]`` places of ``[B, T]`` labels; with ``shift``, already moved one position to the left (the
-    place of ``labels[:, t + 1]`` at ``t``, ``NOT_A_DIGIT`` in the last column)."""
+    _check_shapes(labels.shape, None if position_ids is None else position_ids.shape)
     if labels.numel() == 0:
-        return torch.full(labels.shape, NOT_A_DIGIT, dtype=torch.int32, device=labels.device)
-    if labels.device.type == "cpu" and (position_ids is None or position_ids.device.type == "cpu"):
-        pos = None if position_ids is None else position_ids.numpy()
-        return torch.from_numpy(_places_numpy(labels.numpy(), vocab.kind_table, pos, shift))
-    place = _places_torch(labels, vocab.kind_table_on(labels.device), position_ids)
-    return shift_to_next_token(place, NOT_A_DIGIT) if shift else place
-
-
-# How the number reader works (both implementations below take the same steps).
-#
-# Flatten the batch; rows never share a number because position 0 of each row is *fresh* (nothing continues a
-# number from the left there, as at packing restarts, space-marked digits and leading-point tokens). A '.' is a
-# decimal *point* when the next position is a digit that is not fresh; *members* are digits and points; a member
-# *starts* a run when it is fresh or follows a non-member. Within a run, a point after the first one starts a new
-# number ('1.2.3' is 1.2 then .3), so the point that a digit after a point belongs to is always the latest point
-# before it, and a digit is a decimal digit exactly when that point is not before its run's start (a leading
-# point is the start). Hence:
-#
-# * decimal digit at t: place = (latest point <= t) - t, negative;
-# * integer digit at t: place = (next *stop* > t) - t - 1, where a stop is a point, a start or a non-member:
-#   the decimal point, or one past the last digit when the number has no point.
-#
-# One forward running maximum finds the latest start-or-point (encoded 2 i + 1 for a point and 2 i for a start,
-# so that its parity tells which), one backward running minimum the next stop. No per-number scatter is needed.
-
-def _places_numpy(
-    labels: np.ndarray, kind_table: np.ndarray, position_ids: np.ndarray | None, shift: bool
-) -> np.ndarray:
-    """:func:`number_places` of a nonempty ``[B, T]`` array with NumPy; ``shift`` as in :func:`_places`."""
-    batch, length = labels.shape
-    n = batch * length
-    ids = labels.reshape(-1)
-    if ids.dtype != np.int64 and ids.dtype != np.int32:
-        ids = ids.astype(np.int64)
-    kind = kind_table.take(ids + 1, mode="clip")
-    # canonical 0/1 masks (a bool view of other byte values would not be a proper bool)
-    is_digit = (kind & KIND_DIGIT).view(np.bool_)
-    is_dot = ((kind >> 1) & 1).view(np.bool_)  # KIND_POINT
-    fresh = (kind >> 2).view(np.bool_)  # KIND_FRESH, the highest bit
-    fresh[::length] = True
-    if position_ids is not None and length > 1:
-        p = position_ids.reshape(-1)
-        fresh[1:] |= p[1:] != p[:-1] + 1
-
-    point = np.zeros(n, dtype=np.bool_)
-    np.greater(is_digit[1:], fresh[1:], out=point[:-1])  # the next position is a digit that continues
-    point &= is_dot
-    member = is_digit | point
-    start = np.empty(n, dtype=np.bool_)
-    start[0] = True
-    np.greater_equal(fresh[1:], member[:-1], out=start[1:])  # fresh, or after a non-member
-    start &= member
-
-    idx = np.arange(n, dtype=np.int32 if n < 2**30 else np.int64)  # 2 * idx + 1 must not overflow
-    start_or_point = start | point
-    latest = np.where(start_or_point, 2 * idx + point, -1)
-    np.maximum.accumulate(latest, out=latest)
-    stops = np.where(start_or_point | ~member, idx, n)
-    next_stop = np.empty_like(idx)
-    next_stop[-1] = n
-    np.minimum.accumulate(stops[:0:-1], out=next_stop[-2::-1])
-    place = (np.where(latest & 1, latest >> 1, next_stop - 1) - idx).astype(np.int32, copy=False)
-
-    if shift:
-        out = np.empty(n, dtype=np.int32)
-        out[:-1] = place[1:]
-        np.copyto(out[:-1], NOT_A_DIGIT, where=~is_digit[1:])
-        out[length - 1 :: length] = NOT_A_DIGIT
+        place = torch.full(labels.shape, NOT_A_DIGIT, dtype=torch.int32, device=labels.device)
     else:
-        out = place
-        np.copyto(out, NOT_A_DIGIT, where=~is_digit)
-    return out.reshape(batch, length)
+        place = _places_torch(labels, vocab, position_ids)
+        if shift:
+            place = shift_to_next_token(place, NOT_A_DIGIT)
+    return place.squeeze(0) if squeeze else place
 
 
-def _places_torch(labels: torch.Tensor, kind_table: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:
-    """:func:`number_places` of a ``[B, T]`` tensor (nonempty), in torch on its device (no shift)."""
+def _check_shapes(labels: tuple[int, ...], position_ids: tuple[int, ...] | None) -> None:
+    if len(labels) != 2:
+        raise ValueError(f"labels must be [B, T] or [T], got shape {tuple(labels)}")
+    if position_ids is not None and tuple(position_ids) != tuple(labels):
+        raise ValueError(f"position_ids {tuple(position_ids)} must have the shape of labels {tuple(labels)}")
+
+
+# How numbers are read. Every label gets a *class* from its own kind (DigitVocab.kind_table: digit, decimal
+# point, "fresh": a space-marked digit, a leading point, or a packed sample's first label) and the kind of the label
+# before it. That is all the run rules need, once a '.' counts as a decimal point exactly when a non-fresh digit
+# follows it:
+#
+# * a digit after a digit *continues* the part of a number that digit is in;
+# * a non-fresh digit after a point *opens a decimal part*, so '1.2.3' is 1.2 then .3;
+# * any other digit *opens an integer part*: it is fresh, or follows neither a digit nor a point;
+# * any other label is not a digit.
+#
+# A part's digits are consecutive labels. The place of a digit at t is (anchor - t), where an integer part's
+# anchor is its last digit and a decimal part's the point before its first digit. A leading point ('*.' in
+# "18*.5") gives the same places as a bare one ('18.5': 1, 0, then -1), so both are points here.
+
+_NOT_A_DIGIT, _CONTINUES, _OPENS_DECIMAL, _OPENS_INTEGER = 0, 1, 2, 3  # openings have bit 2, integer ones bit 1
+
+
+def _class_of(before: int, here: int) -> int:
+    """The class of a label of kind ``here`` after a label of kind ``before``."""
+    if not here & KIND_DIGIT:
+        return _NOT_A_DIGIT
+    if here & KIND_FRESH:
+        return _OPENS_INTEGER
+    if before & KIND_DIGIT:
+        return _CONTINUES
+    if before & KIND_POINT:
+        return _OPENS_DECIMAL
+    return _OPENS_INTEGER
+
+
+def _class_table(shift: int) -> np.ndarray:
+    """``table[before | (here << shift)]`` is :func:`_class_of` for the 3-bit kinds; int64, the dtype of the
+    indices the NumPy path computes with the classes, so that no operation mixes types."""
+    table = np.zeros((7 << shift) + 8, dtype=np.int64)
+    for before in range(8):
+        for here in range(8):
+            table[before | (here << shift)] = _class_of(before, here)
+    table.flags.writeable = False
+    return table
+
+
+_CLASSES = _class_table(3)  # the torch path's
+_PAIR_CLASSES = _class_table(8)  # indexed by two consecutive kind bytes read as one little-endian uint16
+_PAIR = np.dtype("<u2")
+_ONE, _TWO = np.array(1), np.array(2)  # arrays, not Python ints: NumPy promotes a scalar operand at a cost
+_CLASSES_ON: dict[str, torch.Tensor] = {}
+
+
+def _places_numpy(labels: np.ndarray, vocab: DigitVocab, position_ids: np.ndarray | None, shift: bool) -> np.ndarray:
+    """:func:`number_places` of a ``[B, T]`` array with NumPy, shifted as in :func:`_read`.
+
+    Written for the collator, which calls this on every batch in a data-loader worker right after the host
+    collator: there each NumPy operation costs 10-40 us of cold caches whatever its size (measured; the ~2,600
+    labels of a padded GSM8K batch are read in a few microseconds), so this uses as few operations, and as few
+    kinds of operation, as it can. One class per label (a table lookup on each pair of neighbouring kinds), one
+    ``nonzero`` for the digits and one for the parts they open, and one ``repeat`` that spreads each part's anchor
+    over its digits.
+    """
+    batch, length = labels.shape
+    if batch * length == 0:
+        return np.full((batch, length), NOT_A_DIGIT, dtype=np.int32)
+    if labels.dtype.kind != "i":
+        labels = labels.astype(np.int64)
+    # The kinds in rows of T + 1 that start with a 0 (not a digit), so that no number runs on from the row above,
+    # then a fresh digit after the last row, which closes the last number.
+    width = length + 1
+    size = batch * width
+    kind = _CLOSING_KINDS.get(size + 1)[-size - 1 :].copy()
+    rows = np.ndarray((batch, length), dtype=np.uint8, buffer=kind, offset=1, strides=(width, 1))
+    vocab.kind_table.take(labels, mode="clip", out=rows)  # ids < 0 read as id 0, ids past the table as its final 0
+    if vocab.token_zero_has_a_kind:  # then -100 must not read as token 0
+        np.copyto(rows, 0, where=labels < 0)
+    if position_ids is not None and length > 1:  # a packed sample starts where the positions do not continue
+        np.bitwise_or(rows[:, 1:], KIND_FRESH, out=rows[:, 1:], where=np.diff(position_ids) != 1)
+    # kind[i] | kind[i + 1] << 8 for every i, read from the same bytes (a stride of one byte)
+    pairs = np.ndarray((size,), dtype=_PAIR, buffer=kind, strides=(1,))
+    cls = _PAIR_CLASSES.take(pairs)  # cls[i] is the class of kind[i + 1]
+
+    digit = cls.nonzero()[0]  # ends with the closing digit
+    digit_cls = cls.take(digit)
+    bounds = np.bitwise_and(digit_cls, _TWO).nonzero()[0]  # each part's first digit, then the closing digit
+    first, after = bounds[:-1], bounds[1:]
+    # Counted in digits (a part's digits are consecutive labels), the place of digit j is (anchor - j), where an
+    # integer part's anchor is its last digit, after - 1, and a decimal part's its point, first - 1: so anchor + 1
+    # is bounds[k + 1] for an integer part k, bounds[k] for a decimal one.
+    anchor = bounds.take(_COUNTING.get(len(first))[: len(first)] + np.bitwise_and(digit_cls.take(first), _ONE))
+    counting = _COUNTING.get(len(digit))[1 : len(digit)]  # j + 1
+    out = _NOT_DIGITS.get(size + 1)[: size + 1].copy()
+    out.put(digit[:-1], anchor.repeat(after - first) - counting)
+    # out[r * (T + 1) + t] is the place of labels[r, t]; shifted by one, the last column shows the 0 of the next row
+    view = np.ndarray((batch, length), dtype=np.int64, buffer=out, offset=8 * shift, strides=(8 * width, 8))
+    return view.astype(np.int32)
+
+
+class _Grown:
+    """A read-only array ``build(size)``, kept per process and rebuilt twice as long when a batch needs more:
+    copying a slice of it is one array operation, where making a new one (allocate, fill, set) takes two or three."""
+
+    def __init__(self, build: Callable[[int], np.ndarray]):
+        self.build = build
+        self.array = build(0)
+
+    def get(self, size: int) -> np.ndarray:
+        array = self.array  # this one, not self.array, is returned: another thread may swap in a shorter one
+        if array.size < size:
+            array = self.build(max(size, 2 * array.size))
+            array.flags.writeable = False
+            self.array = array
+        return array
+
+
+def _closing_kinds(size: int) -> np.ndarray:
+    kind = np.zeros(size, dtype=np.uint8)
+    kind[-1:] = KIND_DIGIT | KIND_FRESH
+    return kind
+
+
+_CLOSING_KINDS = _Grown(_closing_kinds)  # no digit, ..., then a fresh digit
+_NOT_DIGITS = _Grown(lambda size: np.full(size, NOT_A_DIGIT, dtype=np.int64))
+_COUNTING = _Grown(lambda size: np.arange(size))
+
+
+def _places_torch(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None) -> torch.Tensor:
+    """:func:`number_places` of a nonempty ``[B, T]`` tensor in torch, on its device and without a host
+    synchronisation: a running maximum (the latest opening, which says whether a digit is decimal) and a backward
+    running minimum (the end of its part) over the flattened batch, instead of NumPy's ``nonzero``."""
     batch, length = labels.shape
     n = batch * length
     device = labels.device
-    ids = labels.reshape(-1).long()
-    kind = kind_table[(ids + 1).clamp_(0, kind_table.numel() - 1)]
-    is_digit = (kind & KIND_DIGIT) != 0
-    is_dot = (kind & KIND_POINT) != 0
-    fresh = (kind & KIND_FRESH) != 0
-    fresh[::length] = True
+    kind_table = vocab.kind_table_on(device)
+    ids = labels.long()
+    kind = kind_table[ids.clamp(0, kind_table.numel() - 1)]
+    if vocab.token_zero_has_a_kind:
+        kind = torch.where(ids < 0, 0, kind)
     if position_ids is not None and length > 1:
-        p = position_ids.reshape(-1)
-        fresh[1:] |= p[1:] != p[:-1] + 1
-
-    point = torch.zeros(n, dtype=torch.bool, device=device)
-    point[:-1] = is_dot[:-1] & is_digit[1:] & ~fresh[1:]
-    member = is_digit | point
-    start = member.clone()
-    start[1:] &= fresh[1:] | ~member[:-1]
+        kind[:, 1:] |= (position_ids.diff(dim=-1) != 1).to(torch.uint8) * KIND_FRESH
+    before = torch.zeros_like(kind)
+    before[:, 1:] = kind[:, :-1]
+    classes = _CLASSES_ON.get(str(device))
+    if classes is None:
+        classes = _CLASSES_ON.setdefault(str(device), torch.tensor(_CLASSES, device=device))
+    cls = classes[(before | (kind << 3)).long()].reshape(-1)
 
     idx = torch.arange(n, device=device)
-    start_or_point = start | point
-    latest = torch.where(start_or_point, 2 * idx + point, -1).cummax(0).values
-    stops = torch.where(start_or_point | ~member, idx, n)
+    # the latest opening at or before t: 2 i + 1 for a decimal part, 2 i for an integer part
+    opening = torch.where(cls >= _OPENS_DECIMAL, 2 * idx + (cls == _OPENS_DECIMAL), -1).cummax(0).values
+    # the first label after t that does not continue its part: one past an integer part's last digit
+    stops = torch.where(cls == _CONTINUES, n, idx)
     next_stop = torch.full((n,), n, dtype=torch.long, device=device)
     next_stop[:-1] = stops.flip(0).cummin(0).values.flip(0)[1:]
-    place = torch.where((latest & 1) != 0, latest >> 1, next_stop - 1) - idx
-    return torch.where(is_digit, place, NOT_A_DIGIT).to(torch.int32).view(batch, length)
+    place = torch.where((opening & 1) != 0, (opening >> 1) - 1, next_stop - 1) - idx
+    return torch.where(cls != _NOT_A_DIGIT, place, NOT_A_DIGIT).to(torch.int32).view(batch, length)
 
 
 @dataclass(frozen=True)
@@ -231,10 +291,7 @@ def next_token_places(
     ``shift_labels``, when a collator provides them, are the targets the model's loss really uses; positions they
     mask are masked here too.
     """
-    labels, position_ids, squeeze = _as_batch(labels, position_ids)
-    aligned = _places(labels, vocab, position_ids, shift=True)
-    if squeeze:
-        aligned = aligned.squeeze(0)
+    aligned = _read(labels, vocab, position_ids, shift=True)
     if shift_labels is not None:
         aligned = torch.where(shift_labels == -100, NOT_A_DIGIT, aligned)
     return aligned

@@ -152,19 +152,26 @@ class DigitVocab:
         ``KIND_POINT`` ('.' and the leading-point tokens) and ``KIND_FRESH`` (tokens that can only start a number:
         space-marked digits and leading points); 0 for every other token.
 
-        uint8, indexed by **token id + 1**, with a 0 entry before id 0 and after the largest digit or point id, so
-        that the clipped lookup ``kind_table.take(ids + 1, mode="clip")`` also gives 0 for -100 and for any id
-        outside the table. Built once per vocabulary and read-only (the collator uses it on every batch).
+        uint8, indexed by token id, with one 0 entry after the largest digit or point id: the clipped lookup
+        ``kind_table.take(ids, mode="clip")`` gives 0 for every id past the table, and for negative ids (-100) the
+        kind of id 0, which is 0 unless token 0 is a digit or a point. Built once per vocabulary and read-only (the
+        collator uses it on every batch).
         """
-        table = np.zeros(self.table_size + 2, dtype=np.uint8)
+        table = np.zeros(self.table_size + 1, dtype=np.uint8)
         for f, ids in enumerate(self.family_token_ids):
-            table[np.asarray(ids) + 1] = KIND_DIGIT | (KIND_FRESH if f > 0 else 0)
+            table[list(ids)] = KIND_DIGIT | (KIND_FRESH if f > 0 else 0)
         if self.decimal_point_id is not None:
-            table[self.decimal_point_id + 1] = KIND_POINT
+            table[self.decimal_point_id] = KIND_POINT
         if self.leading_point_ids:
-            table[np.asarray(self.leading_point_ids) + 1] = KIND_POINT | KIND_FRESH
+            table[list(self.leading_point_ids)] = KIND_POINT | KIND_FRESH
         table.flags.writeable = False
         return table
+
+    @functools.cached_property
+    def token_zero_has_a_kind(self) -> bool:
+        """Whether token id 0 is a digit or a point, so that negative ids (-100), which the clipped lookup reads
+        as id 0, must be masked after it."""
+        return bool(self.kind_table[0])
 
     def kind_table_on(self, device: torch.device) -> torch.Tensor:
         """:attr:`kind_table` as a uint8 tensor on ``device`` (cached per device)."""

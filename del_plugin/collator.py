@@ -6,6 +6,7 @@ logits per position. This module imports no Axolotl: it wraps any callable colla
 
 from __future__ import annotations
 
+from collections import UserDict
 from typing import Any, Callable
 
 from .core import DigitVocab, next_token_places
@@ -30,14 +31,16 @@ class NumberSpanCollator:
 
     def __call__(self, features: Any, *args: Any, **kwargs: Any) -> dict:
         batch = self.collator(features, *args, **kwargs)
-        labels = batch.get("labels")
+        # a BatchEncoding (a UserDict) answers .get() in Python, through a KeyError for each missing key
+        fields = batch.data if isinstance(batch, UserDict) else batch
+        labels = fields.get("labels")
         if labels is None:
             raise KeyError(
                 f"del_plugin: the collator {type(self.collator).__name__} returned no `labels` "
                 f"(keys: {sorted(batch)}); DEL needs the training targets"
             )
         batch[TARGET_PLACES_KEY] = next_token_places(
-            labels, self.vocab, batch.get("position_ids"), batch.get("shift_labels")
+            labels, self.vocab, fields.get("position_ids"), fields.get("shift_labels")
         )
         return batch
 

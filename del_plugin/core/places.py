@@ -1,18 +1,20 @@
 """Number spans in label sequences: the place of each digit in its number, and DEL's place weights.
 
 A *number* is a maximal run of consecutive digit / decimal-point labels inside one sequence. Everything here is
-vectorised over the batch (cumulative sums and scatters, no Python loop over tokens or numbers), so it runs in
-the data collator at the cost of a few passes over the labels.
+vectorised over the batch (no Python loop over tokens or numbers): CPU tensors, as the data collator has them, are
+read with NumPy in about twenty array operations per batch; tensors on other devices with torch on their device.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
+import numpy as np
 import torch
 
 from .bounds import Bound
-from .vocab import DigitVocab
+from .vocab import KIND_DIGIT, KIND_FRESH, KIND_POINT, DigitVocab
 
 __all__ = [
     "NOT_A_DIGIT",
@@ -45,68 +47,205 @@ def number_places(
       punctuation with the point ('*.' in "18*.5") opens a number '.5'.
     * A second decimal point ends the number and starts a new one: '1.2.3' reads as 1.2 then .3.
     * Signs and thousands separators are not part of numbers: '-1,234' reads as 1 then 234.
+
+    Returns int32 of the shape of ``labels``, on its device. CPU tensors (the collator's) are read with NumPy;
+    tensors on other devices with torch, on that device (no copy to the host, no synchronisation).
     """
+    return _read(labels, vocab, position_ids, shift=False)
+
+
+def _read(
+    labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None, shift: bool
+) -> torch.Tensor:
+    """:func:`number_places` (``shift=False``) or its values moved one position to the left (``shift=True``: the
+    place of ``labels[..., t + 1]`` at ``t``, ``NOT_A_DIGIT`` in the last column). CPU tensors are read with NumPy,
+    others in torch on their device."""
+    if labels.is_cpu and (position_ids is None or position_ids.is_cpu):
+        ids = labels.numpy()
+        pos = None if position_ids is None else position_ids.numpy()
+        squeeze = ids.ndim == 1
+        if squeeze:
+            ids = ids.reshape(1, -1)
+            pos = None if pos is None else pos.reshape(1, -1)
+        _check_shapes(ids.shape, None if pos is None else pos.shape)
+        place = torch.from_numpy(_places_numpy(ids, vocab, pos, shift))
+        return place[0] if squeeze else place
     squeeze = labels.dim() == 1
     if squeeze:
         labels = labels.unsqueeze(0)
         position_ids = None if position_ids is None else position_ids.reshape(1, -1)
-    if labels.dim() != 2:
-        raise ValueError(f"labels must be [B, T] or [T], got shape {tuple(labels.shape)}")
-    if position_ids is not None and position_ids.shape != labels.shape:
-        raise ValueError(
-            f"position_ids {tuple(position_ids.shape)} must have the shape of labels {tuple(labels.shape)}"
-        )
-    batch, length = labels.shape
-    device = labels.device
+    _check_shapes(labels.shape, None if position_ids is None else position_ids.shape)
     if labels.numel() == 0:
-        empty = torch.full(labels.shape, NOT_A_DIGIT, dtype=torch.int32, device=device)
-        return empty.squeeze(0) if squeeze else empty
-    digit, family = vocab.classify(labels)
-    is_digit = digit >= 0
-    bare_point, leading_point = vocab.decimal_points(labels)
-    is_dot = bare_point | leading_point
-
-    # Positions where nothing can continue a number from the left.
-    fresh = torch.zeros_like(is_digit)
-    fresh[:, 0] = True
-    if position_ids is not None and length > 1:
-        fresh[:, 1:] |= position_ids[:, 1:] != position_ids[:, :-1] + 1
-    fresh |= family > 0  # space-marked digits
-    fresh |= leading_point  # '*.' can only open a number ('18*.5' is 18 then .5)
-
-    # A '.' is a decimal-point candidate when the next position is a digit that continues the same number.
-    continues_digit = torch.zeros_like(is_digit)
-    continues_digit[:, :-1] = is_digit[:, 1:] & ~fresh[:, 1:]
-    point = is_dot & continues_digit
-    member = is_digit | point
-    prev_member = torch.zeros_like(member)
-    prev_member[:, 1:] = member[:, :-1]
-    start = member & (fresh | ~prev_member)
-
-    # Flatten: rows never share a number because position 0 of each row is `fresh`.
-    n = batch * length
-    member_f, point_f, start_f = member.reshape(-1), point.reshape(-1), start.reshape(-1)
-    dump = torch.full_like(member_f, n, dtype=torch.long)  # scatter target for positions outside numbers
-    # Every decimal point after the first one in a run starts a new number.
-    run = torch.cumsum(start_f, 0) - 1
-    points_incl = torch.cumsum(point_f, 0)
-    points_before_run = torch.zeros(n + 1, dtype=torch.long, device=device)
-    points_before_run.scatter_(0, torch.where(start_f, run, dump), points_incl - point_f.long())
-    points_in_run = points_incl - points_before_run[torch.where(member_f, run, dump)]
-    start_f = start_f | (point_f & (points_in_run >= 2))
-
-    run = torch.cumsum(start_f, 0) - 1
-    run_of_member = torch.where(member_f, run, dump)
-    pos = torch.arange(n, device=device)
-    last = torch.full((n + 1,), -1, dtype=torch.long, device=device)
-    last.scatter_reduce_(0, run_of_member, pos, reduce="amax")
-    point_pos = torch.full((n + 1,), -1, dtype=torch.long, device=device)
-    point_pos.scatter_reduce_(0, torch.where(point_f, run, dump), pos, reduce="amax")
-    # The anchor is where the decimal point is, or would be: one past the last digit of an integer.
-    anchor = torch.where(point_pos >= 0, point_pos, last + 1)[run_of_member]
-    place = torch.where(pos < anchor, anchor - pos - 1, anchor - pos)
-    place = torch.where(is_digit.reshape(-1), place, NOT_A_DIGIT).to(torch.int32).view(batch, length)
+        place = torch.full(labels.shape, NOT_A_DIGIT, dtype=torch.int32, device=labels.device)
+    else:
+        place = _places_torch(labels, vocab, position_ids)
+        if shift:
+            place = shift_to_next_token(place, NOT_A_DIGIT)
     return place.squeeze(0) if squeeze else place
+
+
+def _check_shapes(labels: tuple[int, ...], position_ids: tuple[int, ...] | None) -> None:
+    if len(labels) != 2:
+        raise ValueError(f"labels must be [B, T] or [T], got shape {tuple(labels)}")
+    if position_ids is not None and tuple(position_ids) != tuple(labels):
+        raise ValueError(f"position_ids {tuple(position_ids)} must have the shape of labels {tuple(labels)}")
+
+
+# How numbers are read. Every label gets a *class* from its own kind (DigitVocab.kind_table: digit, decimal
+# point, "fresh": a space-marked digit, a leading point, or a packed sample's first label) and the kind of the label
+# before it. That is all the run rules need, once a '.' counts as a decimal point exactly when a non-fresh digit
+# follows it:
+#
+# * a digit after a digit *continues* the part of a number that digit is in;
+# * a non-fresh digit after a point *opens a decimal part*, so '1.2.3' is 1.2 then .3;
+# * any other digit *opens an integer part*: it is fresh, or follows neither a digit nor a point;
+# * any other label is not a digit.
+#
+# A part's digits are consecutive labels. The place of a digit at t is (anchor - t), where an integer part's
+# anchor is its last digit and a decimal part's the point before its first digit. A leading point ('*.' in
+# "18*.5") gives the same places as a bare one ('18.5': 1, 0, then -1), so both are points here.
+
+_NOT_A_DIGIT, _CONTINUES, _OPENS_DECIMAL, _OPENS_INTEGER = 0, 1, 2, 3  # openings have bit 2, integer ones bit 1
+
+
+def _class_of(before: int, here: int) -> int:
+    """The class of a label of kind ``here`` after a label of kind ``before``."""
+    if not here & KIND_DIGIT:
+        return _NOT_A_DIGIT
+    if here & KIND_FRESH:
+        return _OPENS_INTEGER
+    if before & KIND_DIGIT:
+        return _CONTINUES
+    if before & KIND_POINT:
+        return _OPENS_DECIMAL
+    return _OPENS_INTEGER
+
+
+def _class_table(shift: int) -> np.ndarray:
+    """``table[before | (here << shift)]`` is :func:`_class_of` for the 3-bit kinds; int64, the dtype of the
+    indices the NumPy path computes with the classes, so that no operation mixes types."""
+    table = np.zeros((7 << shift) + 8, dtype=np.int64)
+    for before in range(8):
+        for here in range(8):
+            table[before | (here << shift)] = _class_of(before, here)
+    table.flags.writeable = False
+    return table
+
+
+_CLASSES = _class_table(3)  # the torch path's
+_PAIR_CLASSES = _class_table(8)  # indexed by two consecutive kind bytes read as one little-endian uint16
+_PAIR = np.dtype("<u2")
+# By class: 1 for an opening, and -1 for an integer one (lookups instead of arithmetic: the NumPy path then
+# needs no other arithmetic than int64 subtraction, and each kind of operation costs the collator ~10-30 us)
+_OPENS = np.array([0, 0, 1, 1], dtype=np.int64)
+_MINUS_INTEGER = np.array([0, 0, 0, -1], dtype=np.int64)
+_CLASSES_ON: dict[str, torch.Tensor] = {}
+
+
+def _places_numpy(labels: np.ndarray, vocab: DigitVocab, position_ids: np.ndarray | None, shift: bool) -> np.ndarray:
+    """:func:`number_places` of a ``[B, T]`` array with NumPy, shifted as in :func:`_read`.
+
+    Written for the collator, which calls this on every batch in a data-loader worker right after the host
+    collator: there each NumPy operation costs 10-40 us of cold caches whatever its size (measured; the ~2,600
+    labels of a padded GSM8K batch are read in a few microseconds), so this uses as few operations, and as few
+    kinds of operation, as it can. One class per label (a table lookup on each pair of neighbouring kinds), one
+    ``nonzero`` for the digits and one for the parts they open, and one ``repeat`` that spreads each part's anchor
+    over its digits.
+    """
+    batch, length = labels.shape
+    if batch * length == 0:
+        return np.full((batch, length), NOT_A_DIGIT, dtype=np.int32)
+    if labels.dtype.kind != "i":
+        labels = labels.astype(np.int64)
+    # The kinds in rows of T + 1 that start with a 0 (not a digit), so that no number runs on from the row above,
+    # then a fresh digit after the last row, which closes the last number.
+    width = length + 1
+    size = batch * width
+    kind = _CLOSING_KINDS.get(size + 1)[-size - 1 :].copy()
+    rows = np.ndarray((batch, length), dtype=np.uint8, buffer=kind, offset=1, strides=(width, 1))
+    vocab.kind_table.take(labels, mode="clip", out=rows)  # ids < 0 read as id 0, ids past the table as its final 0
+    if vocab.token_zero_has_a_kind:  # then -100 must not read as token 0
+        np.copyto(rows, 0, where=labels < 0)
+    if position_ids is not None and length > 1:  # a packed sample starts where the positions do not continue
+        np.bitwise_or(rows[:, 1:], KIND_FRESH, out=rows[:, 1:], where=np.diff(position_ids) != 1)
+    # kind[i] | kind[i + 1] << 8 for every i, read from the same bytes (a stride of one byte)
+    pairs = np.ndarray((size,), dtype=_PAIR, buffer=kind, strides=(1,))
+    cls = _PAIR_CLASSES.take(pairs)  # cls[i] is the class of kind[i + 1]
+
+    digit = cls.nonzero()[0]  # ends with the closing digit
+    digit_cls = cls.take(digit)
+    bounds = _OPENS.take(digit_cls).nonzero()[0]  # each part's first digit, then the closing digit
+    first, after = bounds[:-1], bounds[1:]
+    # Counted in digits (a part's digits are consecutive labels), the place of digit j is (anchor - j), where an
+    # integer part's anchor is its last digit, after - 1, and a decimal part's its point, first - 1: so anchor + 1
+    # is bounds[k + 1] for an integer part k, bounds[k] for a decimal one.
+    anchor = bounds.take(_COUNTING.get(len(first))[: len(first)] - _MINUS_INTEGER.take(digit_cls.take(first)))
+    counting = _COUNTING.get(len(digit))[1 : len(digit)]  # j + 1
+    out = _NOT_DIGITS.get(size + 1)[: size + 1].copy()
+    out.put(digit[:-1], anchor.repeat(after - first) - counting)
+    # out[r * (T + 1) + t] is the place of labels[r, t]; shifted by one, the last column shows the 0 of the next row
+    view = np.ndarray((batch, length), dtype=np.int64, buffer=out, offset=8 * shift, strides=(8 * width, 8))
+    return view.astype(np.int32)
+
+
+class _Grown:
+    """A read-only array ``build(size)``, kept per process and rebuilt twice as long when a batch needs more:
+    copying a slice of it is one array operation, where making a new one (allocate, fill, set) takes two or three."""
+
+    def __init__(self, build: Callable[[int], np.ndarray]):
+        self.build = build
+        self.array = build(0)
+
+    def get(self, size: int) -> np.ndarray:
+        array = self.array  # this one, not self.array, is returned: another thread may swap in a shorter one
+        if array.size < size:
+            array = self.build(max(size, 2 * array.size))
+            array.flags.writeable = False
+            self.array = array
+        return array
+
+
+def _closing_kinds(size: int) -> np.ndarray:
+    kind = np.zeros(size, dtype=np.uint8)
+    kind[-1:] = KIND_DIGIT | KIND_FRESH
+    return kind
+
+
+_CLOSING_KINDS = _Grown(_closing_kinds)  # no digit, ..., then a fresh digit
+_NOT_DIGITS = _Grown(lambda size: np.full(size, NOT_A_DIGIT, dtype=np.int64))
+_COUNTING = _Grown(lambda size: np.arange(size))
+
+
+def _places_torch(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None) -> torch.Tensor:
+    """:func:`number_places` of a nonempty ``[B, T]`` tensor in torch, on its device and without a host
+    synchronisation: a running maximum (the latest opening, which says whether a digit is decimal) and a backward
+    running minimum (the end of its part) over the flattened batch, instead of NumPy's ``nonzero``."""
+    batch, length = labels.shape
+    n = batch * length
+    device = labels.device
+    kind_table = vocab.kind_table_on(device)
+    ids = labels.long()
+    kind = kind_table[ids.clamp(0, kind_table.numel() - 1)]
+    if vocab.token_zero_has_a_kind:
+        kind = torch.where(ids < 0, 0, kind)
+    if position_ids is not None and length > 1:
+        kind[:, 1:] |= (position_ids.diff(dim=-1) != 1).to(torch.uint8) * KIND_FRESH
+    before = torch.zeros_like(kind)
+    before[:, 1:] = kind[:, :-1]
+    classes = _CLASSES_ON.get(str(device))
+    if classes is None:
+        classes = _CLASSES_ON.setdefault(str(device), torch.tensor(_CLASSES, device=device))
+    cls = classes[(before | (kind << 3)).long()].reshape(-1)
+
+    idx = torch.arange(n, device=device)
+    # the latest opening at or before t: 2 i + 1 for a decimal part, 2 i for an integer part
+    opening = torch.where(cls >= _OPENS_DECIMAL, 2 * idx + (cls == _OPENS_DECIMAL), -1).cummax(0).values
+    # the first label after t that does not continue its part: one past an integer part's last digit
+    stops = torch.where(cls == _CONTINUES, n, idx)
+    next_stop = torch.full((n,), n, dtype=torch.long, device=device)
+    next_stop[:-1] = stops.flip(0).cummin(0).values.flip(0)[1:]
+    place = torch.where((opening & 1) != 0, (opening >> 1) - 1, next_stop - 1) - idx
+    return torch.where(cls != _NOT_A_DIGIT, place, NOT_A_DIGIT).to(torch.int32).view(batch, length)
 
 
 @dataclass(frozen=True)
@@ -167,7 +306,7 @@ def next_token_places(
     ``shift_labels``, when a collator provides them, are the targets the model's loss really uses; positions they
     mask are masked here too.
     """
-    aligned = shift_to_next_token(number_places(labels, vocab, position_ids), NOT_A_DIGIT)
+    aligned = _read(labels, vocab, position_ids, shift=True)
     if shift_labels is not None:
         aligned = torch.where(shift_labels == -100, NOT_A_DIGIT, aligned)
     return aligned

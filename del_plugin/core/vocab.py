@@ -12,6 +12,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -25,6 +26,11 @@ __all__ = [
 
 # Word-start markers that tokenizers glue onto a token: SentencePiece '▁', byte-level BPE 'Ġ', and a plain space.
 SPACE_MARKERS: tuple[str, ...] = ("▁", "Ġ", " ")
+
+# Bits of DigitVocab.kind_table: a digit token, a decimal-point token, a token that can only start a number.
+KIND_DIGIT = 1
+KIND_POINT = 2
+KIND_FRESH = 4
 
 # Numbers in the shapes fine-tuning data has (years, money, decimals, thousands separators, a leading '.'):
 # a tokenizer that splits all of them into single digits splits numbers into digits.
@@ -139,6 +145,42 @@ class DigitVocab:
             if token_id in ids:
                 return ids.index(token_id)
         return None
+
+    @functools.cached_property
+    def kind_table(self) -> np.ndarray:
+        """What each token is to the number reader (:mod:`del_plugin.core.places`), as bits: ``KIND_DIGIT``,
+        ``KIND_POINT`` ('.' and the leading-point tokens) and ``KIND_FRESH`` (tokens that can only start a number:
+        space-marked digits and leading points); 0 for every other token.
+
+        uint8, indexed by token id, with one 0 entry after the largest digit or point id: the clipped lookup
+        ``kind_table.take(ids, mode="clip")`` gives 0 for every id past the table, and for negative ids (-100) the
+        kind of id 0, which is 0 unless token 0 is a digit or a point. Built once per vocabulary and read-only (the
+        collator uses it on every batch).
+        """
+        table = np.zeros(self.table_size + 1, dtype=np.uint8)
+        for f, ids in enumerate(self.family_token_ids):
+            table[list(ids)] = KIND_DIGIT | (KIND_FRESH if f > 0 else 0)
+        if self.decimal_point_id is not None:
+            table[self.decimal_point_id] = KIND_POINT
+        if self.leading_point_ids:
+            table[list(self.leading_point_ids)] = KIND_POINT | KIND_FRESH
+        table.flags.writeable = False
+        return table
+
+    @functools.cached_property
+    def token_zero_has_a_kind(self) -> bool:
+        """Whether token id 0 is a digit or a point, so that negative ids (-100), which the clipped lookup reads
+        as id 0, must be masked after it."""
+        return bool(self.kind_table[0])
+
+    def kind_table_on(self, device: torch.device) -> torch.Tensor:
+        """:attr:`kind_table` as a uint8 tensor on ``device`` (cached per device)."""
+        key = ("kind", str(device))
+        table = self._device_tables.get(key)
+        if table is None:
+            table = torch.tensor(self.kind_table, device=device)
+            self._device_tables[key] = table
+        return table
 
     def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         key = str(device)

@@ -62,7 +62,9 @@ def _git_commit() -> str | None:
             ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         )
         dirty = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            # the results a run rewrites as it goes are not a change to what it measures
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".",
+             ":(exclude)bench/results"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()
         return out.stdout.strip() + ("+modified" if dirty else "")

@@ -29,6 +29,10 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# measure the del_plugin of this checkout, not whichever one the environment has installed (an editable install
+# of another checkout sharing the virtual environment, or a wheel)
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 MiB = 2**20
 
@@ -58,7 +62,9 @@ def _git_commit() -> str | None:
             ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         )
         dirty = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            # the results a run rewrites as it goes are not a change to what it measures
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".",
+             ":(exclude)bench/results"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()
         return out.stdout.strip() + ("+modified" if dirty else "")
@@ -156,19 +162,29 @@ def peak_live_bytes(fn: Callable[[], object], device: torch.device) -> int:
     Tensors that existed before and are freed inside ``fn`` are not subtracted (their frees are not recorded), so
     the peak can only be overestimated by them, never underestimated.
     """
-    gc.collect()
+    return peak_and_allocations(fn, device)[0]
+
+
+def peak_and_allocations(fn: Callable[[], object], device: torch.device) -> tuple[int, list[int]]:
+    """(:func:`peak_live_bytes` of ``fn()``, the sizes of the allocations it made, in order). On CUDA the sizes are
+    not recorded (an empty list)."""
     if device.type == "cuda":
+        gc.collect()
         torch.cuda.synchronize(device)
         base = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         fn()
         torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device) - base
+        return torch.cuda.max_memory_allocated(device) - base, []
+    gc.collect()
     live = peak = 0
+    sizes = []
     for size in _profiled_allocations(fn):
         live += size
         peak = max(peak, live)
-    return peak
+        if size > 0:
+            sizes.append(size)
+    return peak, sizes
 
 
 def _rss_high_water_bytes() -> tuple[int, int]:
@@ -289,15 +305,34 @@ def interleaved_rounds(
     seed: int = 0,
     after_each: Callable[[], object] | None = None,
     progress: Callable[[str], object] | None = None,
+    groups: Sequence[Sequence[str]] | None = None,
 ) -> Timings:
     """Run every method once per round, in a fresh random order each round, so that slow phases of a shared
-    machine hit all methods alike; ``after_each`` (untimed) cleans up between runs."""
+    machine hit all methods alike; ``after_each`` (untimed) cleans up between runs.
+
+    ``groups`` (each method in exactly one): the methods of a group run back to back, the groups and the order
+    inside each shuffled every round, so that a method and its baseline in one group are timed seconds apart.
+    """
     rng = random.Random(seed)
     timings = Timings()
     names = list(methods)
+    if groups is None:
+        groups = [names]
+    else:
+        groups = [list(g) for g in groups]
+        if sorted(n for g in groups for n in g) != sorted(names):
+            raise ValueError("groups must hold every method exactly once")
     for r in range(rounds):
-        order = names[:]
-        rng.shuffle(order)
+        if len(groups) == 1:
+            order = names[:]
+            rng.shuffle(order)
+        else:
+            shuffled = [g[:] for g in groups]
+            rng.shuffle(shuffled)
+            order = []
+            for group in shuffled:
+                rng.shuffle(group)
+                order += group
         for name in order:
             timings.add(name, *time_once(methods[name], device))
             if after_each is not None:

@@ -29,7 +29,7 @@ ENV = {
     "TORCH_CPP_LOG_LEVEL": "ERROR",
 }
 QUICK = {
-    "loss_step": ["--shapes", "4096x32000", "--rounds", "2", "--token-rounds", "1"],
+    "loss_step": ["--shapes", "2048x32000", "--rounds", "2"],
     "collation": ["--samples", "256", "--passes", "1"],
     "train_step": ["--rounds", "1", "--steps-per-call", "4", "--samples", "64"],
 }

@@ -6,8 +6,7 @@ uses Llama-2's tokenizer (``del_plugin.assets.tiny_model_dir``, hidden size 256,
 step is not all Python overhead, small enough for a CPU). ``trainer.train()`` is then called on each in turn,
 several rounds, the order rotating; a callback times every optimizer step from the end of the previous one (so
 fetching and collating the batch count) and the first steps of every call (optimizer state, data-loader start)
-are dropped. Ratio = median over rounds of (steps/s on) / (steps/s off). A third arm runs the "on" trainer with
-DEL's gradient on the sparse path (``gradient="sparse"``, the trainer's path before commit 8316db9).
+are dropped. Ratio = median over rounds of (steps/s on) / (steps/s off).
 """
 
 from __future__ import annotations
@@ -103,11 +102,6 @@ def run(args) -> dict:
         for trainer in trainers.values():
             trainer.add_callback(timer.callback)
         arms = ["off", "on"]
-        import del_plugin.trainer as del_trainer_module
-
-        if args.sparse_arm and hasattr(del_trainer_module, "gather_digit_targets"):
-            # the "on" trainer again with DEL's gradient on the standalone sparse path (before commit 8316db9)
-            arms.append("on, sparse gradient")
         per_round: list[dict] = []
         from tqdm import tqdm
 
@@ -118,19 +112,7 @@ def run(args) -> dict:
             entry = {}
             for name in order:
                 timer.reset()
-                if name == "on, sparse gradient":
-                    original = del_trainer_module.gather_digit_targets
-
-                    def sparse_gather(*a, original=original, **kw):
-                        return original(*a, **{**kw, "gradient": "sparse"})
-
-                    del_trainer_module.gather_digit_targets = sparse_gather
-                    try:
-                        trainers["on"].train()
-                    finally:
-                        del_trainer_module.gather_digit_targets = original
-                else:
-                    trainers[name].train()
+                trainers[name].train()
                 kept_wall, kept_cpu = timer.intervals(args.warmup_steps)
                 entry[name] = {"median_step_s_wall": statistics.median(kept_wall),
                                "median_step_s_cpu": statistics.median(kept_cpu),
@@ -156,9 +138,6 @@ def run(args) -> dict:
         "arms": arms,
         "del_logged": logs[-1] if logs else None,
     })
-    for name in arms[2:]:
-        results[f"{name} / off steps per second (CPU)"] = statistics.median(
-            e["off"]["median_step_s_cpu"] / e[name]["median_step_s_cpu"] for e in per_round)
     results["targets"] = {"steps_per_s_ratio_ge_0.97": results["on_over_off_steps_per_s_cpu"] >= 0.97}
     return results
 
@@ -167,12 +146,7 @@ def tables(results: dict) -> str:
     s = results["summary"]
     rows = []
     for name in results["arms"]:
-        if name == "off":
-            ratio = "1"
-        elif name == "on":
-            ratio = f"**{results['on_over_off_steps_per_s_cpu']:.3f}**"
-        else:
-            ratio = f"{results[f'{name} / off steps per second (CPU)']:.3f}"
+        ratio = "1" if name == "off" else f"**{results['on_over_off_steps_per_s_cpu']:.3f}**"
         rows.append([name, f"{s[name]['steps_per_s_cpu']:.3f}", f"{s[name]['steps_per_s_wall']:.3f}", ratio])
     table = benchlib.markdown_table(["DEL", "steps/s (CPU time)", "steps/s (wall)", "steps/s / off (CPU)"], rows)
     return (f"{table}\n\non / off steps per second: **{results['on_over_off_steps_per_s_cpu']:.3f}** (CPU time), "
@@ -193,8 +167,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps-per-call", type=int, default=8)
     parser.add_argument("--warmup-steps", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--no-sparse-arm", dest="sparse_arm", action="store_false",
-                        help="leave out the third arm (DEL with gradient='sparse', the path before commit 8316db9)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--out", type=Path, default=benchlib.RESULTS_DIR / "train_step.json")

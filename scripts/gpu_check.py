@@ -1,20 +1,40 @@
-"""GPU check: a few QLoRA steps with Axolotl on a small local Llama, DEL plugin off and on.
+"""GPU check: a few QLoRA steps with Axolotl on a small local Llama, DEL plugin off and on, beside each
+cross-entropy kernel.
 
-    python scripts/gpu_check.py                 # ~250M-parameter Llama, 4-bit NF4, a few minutes at most
+    python scripts/gpu_check.py                      # ~250M-parameter Llama, 4-bit NF4; 6 runs, ~5 min on an H200
+    python scripts/gpu_check.py --pairs plain,liger  # only some pairs
     python scripts/gpu_check.py --steps 20 --seq-len 2048 --micro-batch 2
 
-Prints the median step time and the peak GPU memory of each run and their ratio (DEL on / off). Nothing is
-downloaded: the model is a randomly initialised Llama built here (Llama-2's 32k vocabulary size, so the logits
-weigh what they weigh in the 7B runs), the tokenizer a synthetic one with one token per character, and the data
-synthetic arithmetic with integers and decimals. Each run is a separate Python process, so that neither memory
-nor Axolotl's plugin registry leaks from one into the other. Flash-attention 2 is used when `flash_attn` is
-installed, PyTorch's sdpa otherwise; everything else is what examples/*/qlora-24gb.yml uses (4-bit NF4 with
-double quantisation, LoRA on all linear layers with Axolotl's fused kernels, sample packing, gradient
-checkpointing, paged 8-bit AdamW, bf16 or fp16).
+One pair of runs (DEL off, DEL on) per cross-entropy kernel:
+
+* ``plain``: the model's own cross-entropy over the logits;
+* ``liger``: Liger's fused linear cross-entropy (``plugins: [axolotl.integrations.liger.LigerPlugin]``,
+  ``liger_fused_linear_cross_entropy: true``), which never materialises the logits;
+* ``cce``: Cut Cross Entropy (``plugins: [axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin]``,
+  ``cut_cross_entropy: true``), which never materialises them either. It needs Axolotl's fork of
+  ``cut_cross_entropy`` (``pip install "cut-cross-entropy[transformers] @
+  git+https://github.com/axolotl-ai-cloud/ml-cross-entropy.git@v0.1.1"``, not on PyPI); without it the pair is
+  skipped with the reason printed.
+
+Prints, per pair, the median step time and the peak GPU memory of each run, their ratio (DEL on / off), and the
+DEL metrics of the last logged step. Nothing is downloaded: the model is a randomly initialised Llama built here
+(Llama-2's 32k vocabulary size, so the logits weigh what they weigh in the 7B runs), the tokenizer a synthetic
+one with one token per character, and the data synthetic arithmetic with integers and decimals. Each run is a
+separate Python process, so that neither memory nor Axolotl's plugin registry or kernel patches leak from one
+into the next. Flash-attention 2 is used when `flash_attn` is installed, PyTorch's sdpa otherwise; everything
+else is what examples/*/qlora-24gb.yml uses (4-bit NF4 with double quantisation, LoRA on all linear layers with
+Axolotl's fused kernels, sample packing, gradient checkpointing, paged 8-bit AdamW, bf16 or fp16).
+
+Budget: each run is mostly start-up (imports, model load, data preparation, kernel compilation); the 13 steps
+of the default take seconds on an H200. The default 6 runs are meant to finish in well under 8 minutes: a run is
+stopped after `--timeout` seconds (default 150), and a pair whose two runs would end past `--budget` seconds
+(default 450, estimated from the longest run so far) is skipped with the reason printed. A run that fails or
+times out is reported in the table (exit status 1) and the other pairs still run.
 
 It needs a CUDA GPU and says so in one line (exit status 2) on a machine without one. `--cpu-smoke` runs the
-same two processes on the CPU with a tiny model and the GPU-only features swapped for their CPU equivalents; it
-exists to test this script without a GPU and its timings mean nothing.
+plain pair on the CPU with a tiny model and the GPU-only features swapped for their CPU equivalents (the fused
+kernels are Triton kernels and need a GPU); it exists to test this script without a GPU and its timings mean
+nothing.
 """
 
 from __future__ import annotations
@@ -34,11 +54,34 @@ from pathlib import Path
 
 import torch
 
+# the del_plugin of this checkout, in this process and in the runs it starts (Axolotl imports the plugin by name)
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
 EXIT_NO_GPU = 2
 RESULT_TAG = "GPU_CHECK_RESULT "
 DEL_KEYS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
 SMOKE_SIZES = {"hidden": 64, "intermediate": 128, "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 512,
                "seq_len": 512, "micro_batch": 2, "grad_accum": 2, "steps": 2, "warmup": 1, "rows": 400}
+# cross-entropy kernel -> what it adds to the Axolotl config (besides DEL's own keys)
+PAIRS = {
+    "plain": {"plugins": [], "cfg": {}},
+    "liger": {"plugins": ["axolotl.integrations.liger.LigerPlugin"], "cfg": {"liger_fused_linear_cross_entropy": True}},
+    "cce": {"plugins": ["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"],
+            "cfg": {"cut_cross_entropy": True}},
+}
+PAIR_TITLES = {"plain": "plain CE", "liger": "Liger FLCE", "cce": "Cut Cross Entropy"}
+CCE_INSTALL = ('pip install "cut-cross-entropy[transformers] @ '
+               'git+https://github.com/axolotl-ai-cloud/ml-cross-entropy.git@v0.1.1"')
+
+
+def parse_pairs(text: str) -> list[str]:
+    pairs = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in pairs if p not in PAIRS]
+    if unknown or not pairs:
+        raise argparse.ArgumentTypeError(f"--pairs takes a comma-separated subset of {','.join(PAIRS)}, got {text!r}")
+    return list(dict.fromkeys(pairs))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -58,10 +101,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vocab", type=int, default=32000, help="vocabulary size, padded (default 32000)")
     parser.add_argument("--rows", type=int, default=2000, help="synthetic training rows (default 2000)")
     parser.add_argument("--del-alpha", type=float, default=1.0)
-    parser.add_argument("--timeout", type=int, default=240, help="seconds allowed per run (default 240)")
+    parser.add_argument("--pairs", type=parse_pairs, default=None,
+                        help=f"cross-entropy kernels to run DEL off and on beside, comma-separated (default "
+                             f"{','.join(PAIRS)}; --cpu-smoke: plain)")
+    parser.add_argument("--timeout", type=int, default=150, help="seconds allowed per run (default 150)")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="seconds for all runs (default 450; --cpu-smoke: none): a pair is skipped, with the "
+                             "reason printed, when its two runs would end past it (estimated from the longest run)")
     parser.add_argument("--cpu-smoke", action="store_true",
-                        help="test this script without a GPU: tiny model, GPU-only features off; no real numbers")
+                        help="test this script without a GPU: tiny model, GPU-only features off, plain pair only; "
+                             "no real numbers")
     parser.add_argument("--child", choices=("off", "on"), help=argparse.SUPPRESS)
+    parser.add_argument("--pair", choices=tuple(PAIRS), default="plain", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.cpu_smoke:
@@ -138,17 +189,18 @@ def write_arithmetic_rows(path: Path, rows: int, seed: int = 0) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- one run
-def axolotl_config(args: argparse.Namespace, workdir: Path, with_del: bool) -> dict:
+def axolotl_config(args: argparse.Namespace, workdir: Path, with_del: bool, pair: str = "plain") -> dict:
     use_flash = (not args.cpu_smoke) and importlib.util.find_spec("flash_attn") is not None
     bf16 = (not args.cpu_smoke) and torch.cuda.is_bf16_supported()
+    name = f"{pair}-{'on' if with_del else 'off'}"
     cfg = {
         "base_model": str(workdir / "model"),
         "tokenizer_config": str(workdir / "model"),
         "datasets": [{"path": str(workdir / "rows.jsonl"), "ds_type": "json", "type": "alpaca"}],
-        "dataset_prepared_path": str(workdir / f"prepared-{'on' if with_del else 'off'}"),
+        "dataset_prepared_path": str(workdir / f"prepared-{name}"),
         "dataset_num_proc": 1,
         "val_set_size": 0.0,
-        "output_dir": str(workdir / f"out-{'on' if with_del else 'off'}"),
+        "output_dir": str(workdir / f"out-{name}"),
         "save_strategy": "no",
         "load_in_4bit": True,
         "adapter": "qlora",
@@ -181,11 +233,22 @@ def axolotl_config(args: argparse.Namespace, workdir: Path, with_del: bool) -> d
         "dataloader_num_workers": 0,
         "dataloader_pin_memory": not args.cpu_smoke,
         "seed": 42,
-        "plugins": [],
+        "plugins": list(PAIRS[pair]["plugins"]),
+        **PAIRS[pair]["cfg"],
     }
     if with_del:
-        cfg.update({"plugins": ["del_plugin.DELPlugin"], "del_alpha": args.del_alpha})
+        cfg.update({"plugins": cfg["plugins"] + ["del_plugin.DELPlugin"], "del_alpha": args.del_alpha})
     return cfg
+
+
+def loss_forward(model) -> str:
+    """``module.qualname`` of the causal LM's forward: a kernel plugin replaces it (Liger, Cut Cross Entropy)."""
+    while hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
+        model = model.module
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    forward = type(model).forward
+    return f"{getattr(forward, '__module__', '?')}.{getattr(forward, '__qualname__', '?')}"
 
 
 def run_child(args: argparse.Namespace) -> None:
@@ -217,7 +280,7 @@ def run_child(args: argparse.Namespace) -> None:
             sync()
             self.times.append(time.perf_counter() - self._start)
 
-    cfg = load_cfg(DictDefault(axolotl_config(args, workdir, with_del)))
+    cfg = load_cfg(DictDefault(axolotl_config(args, workdir, with_del, args.pair)))
     meta = load_datasets(cfg=cfg)
     trainer = setup_model_and_trainer(cfg, meta)[0]
     timer = StepTimer()
@@ -228,8 +291,10 @@ def run_child(args: argparse.Namespace) -> None:
     timed = timer.times[args.warmup:]
     logs = [h for h in trainer.state.log_history if "loss" in h]
     result = {
+        "pair": args.pair,
         "del": with_del,
         "trainer": type(trainer).__name__,
+        "forward": loss_forward(trainer.model),
         "attention": cfg.attn_implementation,
         "steps": len(timer.times),
         "step_time_s": statistics.median(timed) if timed else None,
@@ -240,8 +305,8 @@ def run_child(args: argparse.Namespace) -> None:
     print(RESULT_TAG + json.dumps(result), flush=True)
 
 
-def launch(args: argparse.Namespace, workdir: Path, variant: str) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, "--workdir", str(workdir)]
+def launch(args: argparse.Namespace, workdir: Path, pair: str, variant: str) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, "--pair", pair, "--workdir", str(workdir)]
     for key in ("steps", "warmup", "seq_len", "micro_batch", "grad_accum", "del_alpha"):
         cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if args.cpu_smoke:
@@ -250,37 +315,75 @@ def launch(args: argparse.Namespace, workdir: Path, variant: str) -> dict:
     if args.cpu_smoke:
         env["CUDA_VISIBLE_DEVICES"] = ""  # Axolotl would otherwise put the model on a GPU if there is one
     started = time.perf_counter()
+    what = f"the {PAIR_TITLES[pair]}, DEL-{variant} run"
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        raise SystemExit(f"gpu_check: the DEL-{variant} run took longer than {args.timeout} s (--timeout)")
+        return {"error": f"{what} took longer than {args.timeout} s (--timeout)",
+                "wall_s": time.perf_counter() - started}
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_TAG)]
     if done.returncode != 0 or not lines:
         tail = "\n".join((done.stdout + "\n" + done.stderr).strip().splitlines()[-40:])
-        raise SystemExit(f"gpu_check: the DEL-{variant} run failed (exit {done.returncode}):\n{tail}")
+        return {"error": f"{what} failed (exit {done.returncode}):\n{tail}", "wall_s": time.perf_counter() - started}
     result = json.loads(lines[-1][len(RESULT_TAG):])
     result["wall_s"] = time.perf_counter() - started
     return result
 
 
+# a word in the module of the causal LM's forward that each kernel's plugin installs
+FORWARD_MARKS = {"liger": "liger", "cce": "cut_cross_entropy"}
+
+
 def check_result(result: dict, args: argparse.Namespace) -> list[str]:
     """What is wrong with a run's result, if anything."""
     problems = []
+    name = f"{result.get('pair', 'plain')}, DEL {'on' if result['del'] else 'off'}"
     expected_steps = args.warmup + args.steps
     if result["steps"] != expected_steps:
-        problems.append(f"DEL {'on' if result['del'] else 'off'}: {result['steps']} steps, not {expected_steps}")
+        problems.append(f"{name}: {result['steps']} steps, not {expected_steps}")
+    pair, forward = result.get("pair", "plain"), result.get("forward", "?")
+    if not forward.startswith("?."):  # a forward without __module__ (a partial, say) cannot be told apart
+        if pair in FORWARD_MARKS and FORWARD_MARKS[pair] not in forward:
+            problems.append(f"{name}: the model's forward is {forward}, not the {PAIR_TITLES[pair]} kernel's")
+        if pair == "plain" and any(mark in forward for mark in FORWARD_MARKS.values()):
+            problems.append(f"{name}: the model's forward is a fused kernel's ({forward})")
     log = result["last_log"]
     if result["del"]:
         if result["trainer"] != "DELTrainer":
-            problems.append(f"DEL on: Axolotl used {result['trainer']}, not DELTrainer")
+            problems.append(f"{name}: Axolotl used {result['trainer']}, not DELTrainer")
         missing = [k for k in DEL_KEYS if k not in log or not math.isfinite(log[k])]
         if missing:
-            problems.append(f"DEL on: no finite {', '.join(missing)} in the last log {log}")
+            problems.append(f"{name}: no finite {', '.join(missing)} in the last log {log}")
         elif log["digit_targets"] <= 0:
-            problems.append("DEL on: no digit targets in the last step")
+            problems.append(f"{name}: no digit targets in the last step")
     elif any(k in log for k in DEL_KEYS):
-        problems.append("DEL off: DEL metrics were logged although the plugin was not listed")
+        problems.append(f"{name}: DEL metrics were logged although the plugin was not listed")
     return problems
+
+
+def unavailable(pair: str, args: argparse.Namespace) -> str | None:
+    """Why a pair cannot run here (None if it can)."""
+    if pair == "plain":
+        return None
+    if args.cpu_smoke:
+        return "its fused kernels are Triton kernels and need a GPU (--cpu-smoke runs the plain pair only)"
+    if pair == "liger" and importlib.util.find_spec("liger_kernel") is None:
+        return "liger-kernel is not installed (pip install liger-kernel)"
+    if pair == "cce":
+        # Axolotl's CutCrossEntropyPlugin raises ImportError in pre_model_load without its fork: check first
+        try:
+            found = importlib.util.find_spec("cut_cross_entropy.transformers") is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            return f"Axolotl's fork of cut_cross_entropy is not installed (not on PyPI): {CCE_INSTALL}"
+        try:
+            from cut_cross_entropy.transformers.patch import AXOLOTL_CCE_FORK
+        except ImportError as error:
+            return f"cut_cross_entropy.transformers.patch does not import ({error}); {CCE_INSTALL}"
+        if not AXOLOTL_CCE_FORK:
+            return f"the installed cut_cross_entropy is not Axolotl's fork; {CCE_INSTALL}"
+    return None
 
 
 def fmt(value: float | None, unit: str, digits: int = 3) -> str:
@@ -289,6 +392,32 @@ def fmt(value: float | None, unit: str, digits: int = 3) -> str:
 
 def ratio(on: float | None, off: float | None) -> str:
     return "n/a" if not on or not off else f"{on / off:.3f}"
+
+
+def print_table(results: dict[str, dict], skipped: dict[str, str]) -> None:
+    """Per pair: DEL off, DEL on, their ratio; then the DEL metrics of each pair's last logged step."""
+    header = f"{'pair':20}{'DEL':8}{'step time (median)':>20}{'peak allocated':>18}{'peak reserved':>16}"
+    print(header)
+    print("-" * len(header))
+    for pair, runs in results.items():
+        if "error" in runs:
+            print(f"{PAIR_TITLES[pair]:20}failed: {runs['error'].splitlines()[0]}")
+            continue
+        off, on = runs["off"], runs["on"]
+        for name, r in (("off", off), ("on", on)):
+            print(f"{PAIR_TITLES[pair]:20}{name:8}{fmt(r['step_time_s'], 's'):>20}"
+                  f"{fmt(r['peak_allocated_gib'], 'GiB', 2):>18}{fmt(r['peak_reserved_gib'], 'GiB', 2):>16}")
+        print(f"{PAIR_TITLES[pair]:20}{'on/off':8}{ratio(on['step_time_s'], off['step_time_s']):>20}"
+              f"{ratio(on['peak_allocated_gib'], off['peak_allocated_gib']):>18}"
+              f"{ratio(on['peak_reserved_gib'], off['peak_reserved_gib']):>16}")
+    for pair, reason in skipped.items():
+        print(f"{PAIR_TITLES[pair]:20}skipped: {reason}")
+    done = {pair: runs for pair, runs in results.items() if "error" not in runs}
+    for pair, runs in done.items():
+        print(f"forward ({pair}): {runs['off']['forward']} (DEL off), {runs['on']['forward']} (DEL on)")
+    for pair, runs in done.items():
+        log = runs["on"]["last_log"]
+        print(f"DEL on, last step ({pair}): " + ", ".join(f"{k}={log[k]:.4g}" for k in DEL_KEYS if k in log))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,7 +435,16 @@ def main(argv: list[str] | None = None) -> int:
     if importlib.util.find_spec("bitsandbytes") is None:
         print("gpu_check: needs bitsandbytes for the 4-bit QLoRA steps; pip install bitsandbytes", file=sys.stderr)
         return 1
+    requested = args.pairs or list(PAIRS)
+    skipped = {pair: reason for pair in requested if (reason := unavailable(pair, args))}
+    pairs = [pair for pair in requested if pair not in skipped]
+    for pair, reason in skipped.items():
+        print(f"gpu_check: skipping the {PAIR_TITLES[pair]} pair: {reason}", flush=True)
+    if not pairs:
+        print("gpu_check: no pair left to run", file=sys.stderr)
+        return 1
 
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         workdir = Path(tmp)
         n_params = build_model_dir(args, workdir / "model")
@@ -316,24 +454,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_check on {device}, torch {torch.__version__}")
         print(f"model: random Llama, {n_params / 1e6:.1f}M parameters ({args.layers} layers, hidden {args.hidden}, "
               f"vocabulary {args.vocab}), 4-bit NF4 QLoRA r=32; {args.micro_batch} x {args.seq_len} tokens x "
-              f"{args.grad_accum} micro-batches per step; {args.warmup} warm-up + {args.steps} timed steps",
-              flush=True)
-        results = {}
-        for variant in ("off", "on"):
-            print(f"running DEL {variant} ...", flush=True)
-            results[variant] = launch(args, workdir, variant)
-    off, on = results["off"], results["on"]
-    print(f"attention: {on['attention']}")
-    print(f"{'':14}{'step time (median)':>20}{'peak allocated':>18}{'peak reserved':>16}")
-    for name, r in (("DEL off", off), ("DEL on", on)):
-        print(f"{name:14}{fmt(r['step_time_s'], 's'):>20}{fmt(r['peak_allocated_gib'], 'GiB', 2):>18}"
-              f"{fmt(r['peak_reserved_gib'], 'GiB', 2):>16}")
-    print(f"{'ratio on/off':14}{ratio(on['step_time_s'], off['step_time_s']):>20}"
-          f"{ratio(on['peak_allocated_gib'], off['peak_allocated_gib']):>18}"
-          f"{ratio(on['peak_reserved_gib'], off['peak_reserved_gib']):>16}")
-    log = on["last_log"]
-    print("DEL on, last step: " + ", ".join(f"{k}={log[k]:.4g}" for k in DEL_KEYS if k in log))
-    problems = check_result(off, args) + check_result(on, args)
+              f"{args.grad_accum} micro-batches per step; {args.warmup} warm-up + {args.steps} timed steps; "
+              f"pairs: {', '.join(pairs)}", flush=True)
+        budget = args.budget if args.budget is not None else (None if args.cpu_smoke else 450)
+        results: dict[str, dict] = {}
+        longest = 0.0
+        for pair in pairs:
+            elapsed = time.perf_counter() - started
+            if budget is not None and longest and elapsed + 2 * longest > budget:
+                skipped[pair] = (f"its two runs (~{2 * longest:.0f} s, as long as the longest so far) would end past "
+                                 f"the --budget of {budget} s ({elapsed:.0f} s used)")
+                print(f"gpu_check: skipping the {PAIR_TITLES[pair]} pair: {skipped[pair]}", flush=True)
+                continue
+            results[pair] = {}
+            for variant in ("off", "on"):
+                print(f"running {PAIR_TITLES[pair]}, DEL {variant} ...", flush=True)
+                run = launch(args, workdir, pair, variant)
+                longest = max(longest, run["wall_s"])
+                print(f"  {run['wall_s']:.0f} s", flush=True)
+                if "error" in run:
+                    print(f"gpu_check: {run['error']}", file=sys.stderr, flush=True)
+                    results[pair] = {"error": run["error"]}  # the other run of the pair would tell nothing
+                    break
+                results[pair][variant] = run
+    ran = [runs for runs in results.values() if "error" not in runs]
+    print(f"attention: {ran[0]['on']['attention'] if ran else 'n/a'}; "
+          f"{sum(len(r) for r in ran)} runs in {time.perf_counter() - started:.0f} s")
+    print_table(results, skipped)
+    problems = [f"{PAIR_TITLES[pair]}: {runs['error'].splitlines()[0]}" for pair, runs in results.items()
+                if "error" in runs]
+    problems += [p for runs in ran for r in (runs["off"], runs["on"]) for p in check_result(r, args)]
     for problem in problems:
         print(f"gpu_check: FAILED: {problem}", file=sys.stderr)
     return 1 if problems else 0

@@ -257,6 +257,57 @@ def test_gpu_check_refuses_clearly_without_a_gpu():
     assert "CUDA GPU" in lines[0] and "gpu_check" in lines[0]
 
 
+def test_gpu_check_pairs_and_what_it_skips():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", GPU_CHECK)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    assert gpu_check.parse_args(["--pairs", "cce,plain,cce"]).pairs == ["cce", "plain"]
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--pairs", "plain,flash"])
+    smoke = gpu_check.parse_args(["--cpu-smoke"])
+    assert gpu_check.unavailable("plain", smoke) is None
+    assert "need a GPU" in gpu_check.unavailable("liger", smoke) and "need a GPU" in gpu_check.unavailable("cce", smoke)
+    gpu = gpu_check.parse_args([])
+    if importlib.util.find_spec("cut_cross_entropy") is None:  # Axolotl's fork is not on PyPI
+        reason = gpu_check.unavailable("cce", gpu)
+        assert "fork of cut_cross_entropy" in reason and "ml-cross-entropy.git@v0.1.1" in reason
+
+
+def test_gpu_check_keeps_to_its_budget_and_reports_failed_runs(monkeypatch, capsys):
+    """The parent's bookkeeping with the runs faked: a pair that would end past --budget is skipped, a failed run
+    is reported in the table and the exit status, and the other pairs still run."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check_budget", GPU_CHECK)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    log = {k: 1.0 for k in DEL_PARTS}
+    launched = []
+
+    def fake_launch(args, workdir, pair, variant):
+        launched.append((pair, variant))
+        if pair == "liger":
+            return {"error": "the Liger FLCE, DEL-off run failed (exit 1):\nboom", "wall_s": 1.0}
+        return {"pair": pair, "del": variant == "on", "trainer": "DELTrainer" if variant == "on" else "AxolotlTrainer",
+                "forward": "transformers.x.forward", "attention": "sdpa", "steps": args.warmup + args.steps,
+                "step_time_s": 0.5, "peak_allocated_gib": None, "peak_reserved_gib": None,
+                "last_log": log if variant == "on" else {}, "wall_s": 60.0 if pair == "plain" else 1.0}
+
+    monkeypatch.setattr(gpu_check, "launch", fake_launch)
+    monkeypatch.setattr(gpu_check, "unavailable", lambda pair, args: None)
+    monkeypatch.setattr(gpu_check, "build_model_dir", lambda args, out: 0)
+    monkeypatch.setattr(gpu_check, "write_arithmetic_rows", lambda path, rows: None)
+    assert gpu_check.main(["--cpu-smoke", "--pairs", "liger,plain,cce", "--budget", "100"]) == 1
+    out = capsys.readouterr().out
+    # liger fails after one run, plain runs (60 s each), then cce's two runs would end past 100 s
+    assert launched == [("liger", "off"), ("plain", "off"), ("plain", "on")]
+    assert any(line.startswith("Liger FLCE") and "failed" in line for line in out.splitlines())
+    assert any(line.startswith("Cut Cross Entropy") and "--budget of 100 s" in line for line in out.splitlines())
+    assert [line.split()[2] for line in out.splitlines() if line.startswith("plain CE ")] == ["off", "on", "on/off"]
+
+
 # ---------------------------------------------------------------------------------------------------- CPU runs
 @pytest.fixture(scope="module")
 def gsm8k_alpaca(tmp_path_factory):
@@ -339,16 +390,20 @@ def test_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_path, g
 @pytest.mark.e2e
 def test_gpu_check_runs_its_two_axolotl_processes_in_cpu_smoke_mode():
     """The GPU check's own machinery (local model and tokenizer, synthetic data, one Axolotl process per variant,
-    result parsing) on the CPU with a tiny model; only the GPU-only features differ from a GPU run."""
+    result parsing) on the CPU with a tiny model; only the GPU-only features differ from a GPU run. The fused
+    kernels' pairs (Liger, Cut Cross Entropy) need a GPU: the smoke run says so and runs the plain pair."""
     done = subprocess.run(
         [sys.executable, str(GPU_CHECK), "--cpu-smoke", "--timeout", "900"], capture_output=True, text=True,
         timeout=1900, cwd=REPO,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert any(line.startswith("DEL off") for line in lines) and any(line.startswith("DEL on ") for line in lines)
-    (metrics_line,) = [line for line in lines if line.startswith("DEL on, last step: ")]
-    metrics = dict(item.split("=") for item in metrics_line.removeprefix("DEL on, last step: ").split(", "))
+    rows = [line.split() for line in lines if line.startswith("plain CE ")]
+    assert [row[2] for row in rows] == ["off", "on", "on/off"], lines
+    for title in ("Liger FLCE", "Cut Cross Entropy"):
+        assert any(line.startswith(title) and "skipped" in line and "GPU" in line for line in lines), lines
+    (metrics_line,) = [line for line in lines if line.startswith("DEL on, last step (plain): ")]
+    metrics = dict(item.split("=") for item in metrics_line.removeprefix("DEL on, last step (plain): ").split(", "))
     assert set(metrics) == set(DEL_PARTS)
     assert all(math.isfinite(float(value)) for value in metrics.values())
     assert float(metrics["digit_targets"]) > 0

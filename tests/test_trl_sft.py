@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
-from trl_helpers import check_run, load_example, train_logs
+from hf_helpers import check_run, load_example, train_logs
 
 from del_plugin.assets import gsm8k_rows, load_tokenizer
 from del_plugin.collator import TARGET_PLACES_KEY, NumberSpanCollator

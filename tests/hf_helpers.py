@@ -1,4 +1,5 @@
-"""Shared by the TRL tests: examples/trl_sft.py as a module, and the checks of a DEL run's logs."""
+"""Shared by the tests of the Hugging Face hosts (Trainer, TRL): an example script as a module, and the checks of a
+DEL run's logs."""
 
 from __future__ import annotations
 

@@ -29,7 +29,8 @@ def gsm8k_dataset(rows: list[dict], conversational: bool = False) -> Dataset:
     if conversational:
         return Dataset.from_list([{"prompt": [{"role": "user", "content": r["question"]}],
                                    "completion": [{"role": "assistant", "content": r["answer"]}]} for r in rows])
-    return Dataset.from_list([{"prompt": f"Question: {r['question']}\nAnswer: ", "completion": r["answer"]}
+    # the space opens the completion: a prompt ending in a space tokenizes differently alone and before the answer
+    return Dataset.from_list([{"prompt": f"Question: {r['question']}\nAnswer:", "completion": " " + r["answer"]}
                               for r in rows])
 
 

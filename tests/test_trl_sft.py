@@ -113,6 +113,27 @@ def test_token_criterion_with_nll(tmp_path):
     assert log["loss"] != pytest.approx(log["ce_loss"])  # mixce's loss, CE logged beside it
 
 
+@pytest.mark.e2e
+def test_liger_fused_loss_with_eval(tmp_path):
+    """TRL's use_liger_kernel: Liger's fused linear cross-entropy (its Triton kernels swapped for eager stand-ins on
+    this CPU, tests/fused_kernels.py) never builds the logits; DEL still reads its digits from the hidden states."""
+    pytest.importorskip("liger_kernel")
+    from fused_kernels import CALLS, liger_on_cpu, restored_forwards
+
+    before = CALLS["liger_cross_entropy_kernel"]
+    with restored_forwards(), liger_on_cpu():
+        trainer = example.build_trainer(
+            ["--output-dir", str(tmp_path), "--max-steps", "2", "--eval-steps", "2", "--rows", "4",
+             "--loss-type", "nll"],
+            use_liger_kernel=True,  # only the fused loss: Liger's other kernels have no CPU stand-ins
+            liger_kernel_config={"fused_linear_cross_entropy": True, "cross_entropy": False, "rope": False,
+                                 "rms_norm": False, "swiglu": False},
+        )
+        trainer.train()
+    assert CALLS["liger_cross_entropy_kernel"] > before
+    check_run(trainer, steps=2, evaluations=1)
+
+
 # ---------------------------------------------------------------------------------------------- normalisation
 class GradientCapture(TrainerCallback):
     def __init__(self):

@@ -1,28 +1,77 @@
-"""The README's claim: the core and collator work with a plain transformers.Trainer (no Axolotl involved)."""
+"""The README's claim: DEL works with a plain transformers.Trainer (no Axolotl involved), through the mixin in
+examples/plain_hf_trainer.py; its gradient does not depend on how the step is cut into micro-batches."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
+import pytest
+import torch
+from transformers import TrainerCallback
+from hf_helpers import assert_parts_logged, load_example, train_logs
 
-def load_example():
-    path = Path(__file__).resolve().parents[1] / "examples" / "plain_hf_trainer.py"
-    spec = importlib.util.spec_from_file_location("plain_hf_trainer", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from del_plugin.collator import NumberSpanCollator
+
+example = load_example("plain_hf_trainer")
 
 
 def test_plain_trainer_runs_and_adds_del(tmp_path):
-    example = load_example()
     first_loss = {}
     for alpha in (0.0, 5.0):
         trainer = example.main(["--output-dir", str(tmp_path / str(alpha)), "--max-steps", "2", "--alpha", str(alpha)])
         assert "del_target_places" not in trainer.model.forward.__code__.co_varnames
-        losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+        assert isinstance(trainer.data_collator, NumberSpanCollator)
+        logs = train_logs(trainer)
+        losses = [log["loss"] for log in logs]
         assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+        for log in logs:
+            assert_parts_logged(log)
+            assert (log["del_loss"] > 0) == (alpha > 0)
         first_loss[alpha] = losses[0]
     # same seed, same first batch and weights: the DEL run's first loss is CE plus a clearly positive digit term
     assert first_loss[5.0] > first_loss[0.0] + 0.1
+
+
+class GradientCapture(TrainerCallback):
+    def __init__(self):
+        self.grads = None
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if self.grads is None:
+            self.grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def first_step_gradients(tmp_path, batch_size: int, grad_accum: int) -> dict[str, torch.Tensor]:
+    trainer = example.build_trainer(
+        ["--output-dir", str(tmp_path), "--max-steps", "1", "--alpha", "2.0", "--batch-size", str(batch_size),
+         "--grad-accum", str(grad_accum)],
+        max_grad_norm=0.0, learning_rate=1e-4,
+    )
+    capture = GradientCapture()
+    trainer.add_callback(capture)
+    trainer.train()
+    (log,) = train_logs(trainer)
+    assert_parts_logged(log)
+    assert len(capture.grads) > 0
+    return capture.grads
+
+
+def per_micro_batch_samples(self, epoch_iterator, num_batches, device):
+    samples, num_items = super(example.DELTrainer, self).get_batch_samples(epoch_iterator, num_batches, device)
+    self.del_metrics.step_digits = None  # each micro-batch falls back to its own digit mean
+    return samples, num_items
+
+
+def test_gradient_is_independent_of_micro_batching(tmp_path, monkeypatch):
+    # the four examples hold 6 to 15 answer digits: per-micro-batch means would weigh them differently
+    one_by_four = first_step_gradients(tmp_path / "ga4", 1, 4)
+    four_by_one = first_step_gradients(tmp_path / "ga1", 4, 1)
+    assert one_by_four.keys() == four_by_one.keys()
+    for name in one_by_four:
+        torch.testing.assert_close(one_by_four[name], four_by_one[name], rtol=1e-4, atol=1e-6, msg=name)
+
+    # Control: normalising DEL per micro-batch moves the gradient.
+    monkeypatch.setattr(example.DELTrainer, "get_batch_samples", per_micro_batch_samples)
+    per_micro = first_step_gradients(tmp_path / "ref", 1, 4)
+    differs = [n for n in per_micro if not torch.allclose(per_micro[n], four_by_one[n], rtol=1e-3, atol=1e-5)]
+    assert differs

@@ -3,12 +3,26 @@ loss paths (``nll``, ``chunked_nll``, ``dft``, Liger) are kept; the mixin adds t
 
     trainer = DELSFTTrainer(model=model, args=SFTConfig(...), train_dataset=data,
                             del_settings=DELSettings(alpha=0.3))
+
+What SFTTrainer brings, and what DEL does with it (checked with TRL 1.14.1):
+
+* ``DataCollatorForLanguageModeling`` is wrapped like any collator. With ``padding_free=True`` or BFD packing it
+  returns one flattened row with ``position_ids`` that restart at 0 for each sample (and the first label of each
+  sample masked); numbers are read per sample, never across two packed samples.
+* ``completion_only_loss`` and ``assistant_only_loss`` mask labels when the dataset is prepared; DEL reads the
+  same labels, so digits in prompts are not digit targets.
+* ``loss_type``: DEL reads its digit logits from the final hidden states, so the digit term is the same under
+  ``"nll"``, ``"chunked_nll"`` (TRL's default, whose patched forward returns no logits), ``"dft"`` (a
+  ``compute_loss_func``; the logged ``ce_loss`` is then the DFT loss) and Liger's fused loss. A token criterion
+  (``mixce``, ``emo``) replaces the loss with one computed from the full logits, so it needs ``loss_type="nll"``
+  without Liger; the other combinations are refused when DEL is set up.
 """
 
 from __future__ import annotations
 
 from trl import SFTTrainer
 
+from .settings import DELSettings
 from .trainer import DELTrainerMixin
 
 __all__ = ["DELSFTTrainer"]
@@ -16,3 +30,34 @@ __all__ = ["DELSFTTrainer"]
 
 class DELSFTTrainer(DELTrainerMixin, SFTTrainer):
     """``trl.SFTTrainer`` with a DEL criterion (see :class:`~del_plugin.hf.trainer.DELTrainerMixin`)."""
+
+    def setup_del(self, settings: DELSettings, vocab=None) -> None:
+        check_sft_loss(settings, self.args)
+        super().setup_del(settings, vocab)
+
+
+def check_sft_loss(settings: DELSettings, args) -> None:
+    """Refuse a token criterion (``mixce``, ``emo``) with an SFT loss it cannot replace: it computes the loss
+    itself from the full ``[B, T, V]`` logits, as the Trainer's ``compute_loss_func``."""
+    if settings.spec.kind != "token":
+        return
+    name = settings.criterion
+    if getattr(args, "use_liger_kernel", False):
+        raise ValueError(
+            f"del_plugin: del_criterion `{name}` computes its loss from the full logits, which Liger's fused "
+            f"cross-entropy (use_liger_kernel=True) never builds; set use_liger_kernel=False and loss_type='nll', or "
+            "choose a digit criterion (del, del_dist, ntl_was, ...), which works with Liger"
+        )
+    loss_type = getattr(args, "loss_type", None)
+    if loss_type == "dft":
+        raise ValueError(
+            f"del_plugin: del_criterion `{name}` and SFTConfig(loss_type='dft') each replace the cross-entropy with "
+            f"a loss of their own and cannot be combined; use loss_type='nll' to train with `{name}`, or keep DFT "
+            "with a digit criterion (del, del_dist, ntl_was, ...), which adds to the DFT loss"
+        )
+    if loss_type != "nll":
+        raise ValueError(
+            f"del_plugin: del_criterion `{name}` computes its loss from the full logits; SFTConfig(loss_type="
+            f"{loss_type!r}) (TRL's default is 'chunked_nll') computes the cross-entropy in chunks inside the "
+            "forward and returns no logits. Set loss_type='nll'"
+        )

@@ -15,27 +15,31 @@ from .core.capture import DigitCaptureError, check_architecture
 LOG = get_logger(__name__)
 
 
+def _load_or_postpone(loader, source: str, what: str, trust_remote_code: bool, revision: str | None, **kwargs):
+    """``loader.from_pretrained(source)``, or None with a warning when it cannot be loaded here (no network, a gated
+    repository): the check is then made again on what the trainer loads."""
+    kwargs["trust_remote_code"] = trust_remote_code
+    if revision:
+        kwargs["revision"] = revision
+    try:
+        return loader.from_pretrained(source, **kwargs)
+    except Exception as err:  # noqa: BLE001 - any load failure only postpones the check
+        LOG.warning("del_plugin: could not load the %s of %s to check it now (%s); it is checked again when the "
+                    "trainer is built", what, source, err)
+        return None
+
+
 @functools.lru_cache(maxsize=16)
 def check_tokenizer_source(
     source: str, *, use_fast: bool | None, trust_remote_code: bool, revision: str | None
 ) -> DigitVocab | None:
-    """Load the tokenizer at ``source`` and read its digits; raise ``ValueError`` if DEL cannot use it.
-
-    Returns None, with a warning, when the tokenizer cannot be loaded here (no network, gated repo): the trainer
-    checks Axolotl's own tokenizer again before the first step.
-    """
+    """Load the tokenizer at ``source`` and read its digits; raise ``ValueError`` if DEL cannot use it. None when
+    the tokenizer cannot be loaded here (see :func:`_load_or_postpone`)."""
     from transformers import AutoTokenizer
 
-    kwargs = {"trust_remote_code": trust_remote_code}
-    if use_fast is not None:
-        kwargs["use_fast"] = use_fast
-    if revision:
-        kwargs["revision"] = revision
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-    except Exception as err:  # noqa: BLE001 - any load failure only postpones the check
-        LOG.warning("del_plugin: could not load the tokenizer %s to check its digits now (%s); "
-                    "it is checked again when the trainer is built", source, err)
+    extra = {} if use_fast is None else {"use_fast": use_fast}
+    tokenizer = _load_or_postpone(AutoTokenizer, source, "tokenizer", trust_remote_code, revision, **extra)
+    if tokenizer is None:
         return None
     try:
         vocab = DigitVocab.from_tokenizer(tokenizer, name=source)
@@ -50,18 +54,11 @@ def check_tokenizer_source(
 @functools.lru_cache(maxsize=16)
 def check_model_source(source: str, *, trust_remote_code: bool, revision: str | None) -> str | None:
     """Load the model config at ``source`` and refuse an architecture DEL cannot read from hidden states; returns
-    the model type, or None (with a warning) when the config cannot be loaded here: the trainer checks the
-    loaded model again."""
+    the model type, or None when the config cannot be loaded here (see :func:`_load_or_postpone`)."""
     from transformers import AutoConfig
 
-    kwargs = {"trust_remote_code": trust_remote_code}
-    if revision:
-        kwargs["revision"] = revision
-    try:
-        config = AutoConfig.from_pretrained(source, **kwargs)
-    except Exception as err:  # noqa: BLE001 - any load failure only postpones the check
-        LOG.warning("del_plugin: could not load the model config of %s to check its architecture now (%s); "
-                    "it is checked again when the trainer is built", source, err)
+    config = _load_or_postpone(AutoConfig, source, "model config", trust_remote_code, revision)
+    if config is None:
         return None
     try:
         check_architecture(config)

@@ -3,25 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from axolotl_helpers import cpu_config, load_config
+from axolotl_helpers import load_config, refused
 
-from del_plugin.assets import gsm8k_rows
-from del_plugin.cpu import write_alpaca_jsonl
-
-from del_plugin.assets import tiny_model_dir, tokenizer_dir
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cfg")
-    data = write_alpaca_jsonl(tmp / "d.jsonl", gsm8k_rows(4))
-    return lambda **kw: cpu_config(tmp, tiny_model_dir("llama-spm"), data, **kw)
-
-
-def refused(cfg) -> str:
-    with pytest.raises(Exception) as err:
-        load_config(cfg)
-    return str(err.value)
+from del_plugin.assets import tokenizer_dir
 
 
 def test_valid_config_keeps_our_keys(base):

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from axolotl_helpers import run_axolotl, train_logs
+from axolotl_helpers import run_axolotl
+from trainer_checks import train_logs
 from fused_kernels import CALLS, cce_style_forward, restored_forwards
 
 from del_plugin.assets import gsm8k_rows

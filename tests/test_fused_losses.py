@@ -142,7 +142,8 @@ LIGER = "axolotl.integrations.liger.LigerPlugin"
 
 
 def run_logged(tmp_path, data, **overrides):
-    from axolotl_helpers import cpu_config, eval_logs, run_axolotl, train_logs
+    from axolotl_helpers import cpu_config, run_axolotl
+    from trainer_checks import eval_logs, train_logs
 
     model_dir, dataset = data
     cfg = cpu_config(tmp_path, model_dir, dataset, val_set_size=0.25, eval_steps=2, max_steps=2, **overrides)

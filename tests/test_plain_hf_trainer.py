@@ -7,8 +7,7 @@ import math
 
 import pytest
 import torch
-from transformers import TrainerCallback
-from hf_helpers import assert_parts_logged, load_example, train_logs
+from trainer_checks import GradientCapture, assert_parts_logged, load_example, train_logs
 
 from del_plugin.collator import NumberSpanCollator
 
@@ -31,14 +30,6 @@ def test_plain_trainer_runs_and_adds_del(tmp_path):
     # same seed, same first batch and weights: the DEL run's first loss is CE plus a clearly positive digit term
     assert first_loss[5.0] > first_loss[0.0] + 0.1
 
-
-class GradientCapture(TrainerCallback):
-    def __init__(self):
-        self.grads = None
-
-    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-        if self.grads is None:
-            self.grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def first_step_gradients(tmp_path, batch_size: int, grad_accum: int) -> dict[str, torch.Tensor]:

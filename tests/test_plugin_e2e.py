@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from axolotl_helpers import cpu_config, eval_logs, load_config, run_axolotl, train_logs
-from transformers import TrainerCallback
+from axolotl_helpers import cpu_config, load_config, run_axolotl
+from trainer_checks import GradientCapture, assert_parts_logged, eval_logs, train_logs
 
 from del_plugin.assets import gsm8k_rows, tiny_model_dir
 from del_plugin.cpu import write_alpaca_jsonl
@@ -15,9 +15,6 @@ from del_plugin.collator import NumberSpanCollator
 from del_plugin.trainer import DELTrainer
 
 pytestmark = pytest.mark.e2e
-
-PARTS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy")
-
 
 @pytest.fixture(scope="module")
 def model_dir():
@@ -27,16 +24,6 @@ def model_dir():
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     return write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "train.jsonl", gsm8k_rows(24))
-
-
-def assert_parts_logged(log: dict, prefix: str = ""):
-    for key in PARTS:
-        assert math.isfinite(log[prefix + key]), (key, log)
-    assert log[prefix + "digit_targets"] > 0
-    assert 0 <= log[prefix + "digit_accuracy"] <= 1
-    assert 0 < log[prefix + "digit_entropy"] <= math.log(10) + 1e-6
-    # the logged parts add up to the loss the trainer optimises
-    assert log[prefix + "ce_loss"] + log[prefix + "del_loss"] == pytest.approx(log[prefix + "loss"], rel=1e-5)
 
 
 def test_lora_with_eval_logs_every_part_and_del_falls(tmp_path, model_dir, dataset):
@@ -103,14 +90,6 @@ def test_alpha_zero_gives_plain_axolotl_losses(tmp_path, model_dir, dataset):
     for log in ours:  # the digit metrics are still there for comparison
         assert log["del_loss"] == 0.0 and log["del_l_num"] > 0 and log["ce_loss"] == log["loss"]
 
-
-class GradientCapture(TrainerCallback):
-    def __init__(self):
-        self.grads = None
-
-    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-        if self.grads is None:
-            self.grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def first_step_gradients(cfg) -> dict[str, torch.Tensor]:

@@ -6,25 +6,13 @@ import math
 
 import pytest
 import torch
-from axolotl_helpers import cpu_config, load_config, run_axolotl, train_logs
+from axolotl_helpers import cpu_config, load_config, refused, run_axolotl
+from trainer_checks import train_logs
 
 from del_plugin.assets import gsm8k_rows, tiny_model_dir
 from del_plugin.cpu import write_alpaca_jsonl
 
 PARTS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cfg")
-    data = write_alpaca_jsonl(tmp / "d.jsonl", gsm8k_rows(8))
-    return lambda **kw: cpu_config(tmp, tiny_model_dir("llama-spm"), data, **kw)
-
-
-def refused(cfg) -> str:
-    with pytest.raises(Exception) as err:
-        load_config(cfg)
-    return str(err.value)
 
 
 # ---------------------------------------------------------------------------------------------- settings

@@ -9,9 +9,8 @@ import math
 
 import pytest
 import torch
-from transformers import TrainerCallback
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
-from hf_helpers import check_run, load_example, train_logs
+from trainer_checks import GradientCapture, check_run, load_example, train_logs
 
 from del_plugin.assets import gsm8k_rows, load_tokenizer
 from del_plugin.collator import TARGET_PLACES_KEY, NumberSpanCollator
@@ -135,14 +134,6 @@ def test_liger_fused_loss_with_eval(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- normalisation
-class GradientCapture(TrainerCallback):
-    def __init__(self):
-        self.grads = None
-
-    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-        if self.grads is None:
-            self.grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-
 
 def first_step_gradients(tmp_path, rows, batch_size: int, grad_accum: int, argv=(), **config) -> dict:
     trainer = example.build_trainer(

@@ -5,7 +5,7 @@ padding-free BFD packing. The tiny-model runs and the gradient checks are in tes
 from __future__ import annotations
 
 import pytest
-from hf_helpers import check_run, load_example
+from trainer_checks import check_run, load_example
 
 from del_plugin.assets import gsm8k_rows, smollm2_dir
 from del_plugin.collator import NumberSpanCollator

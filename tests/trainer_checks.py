@@ -1,5 +1,5 @@
-"""Shared by the tests of the Hugging Face hosts (Trainer, TRL): an example script as a module, and the checks of a
-DEL run's logs."""
+"""Shared by the tests of every host (Axolotl, Trainer, TRL): the checks of a DEL run's logs, the gradients of a
+first optimizer step, and an example script as a module."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from transformers import TrainerCallback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # TRL's telemetry honours it
 
@@ -50,3 +51,14 @@ def check_run(trainer, steps: int, evaluations: int) -> None:
         assert log["del_loss"] > 0
     for log in evals:
         assert_parts_logged(log, "eval_")
+
+
+class GradientCapture(TrainerCallback):
+    """The gradients of the first optimizer step, as the optimizer will see them."""
+
+    def __init__(self):
+        self.grads = None
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if self.grads is None:
+            self.grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}

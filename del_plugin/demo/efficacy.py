@@ -234,7 +234,8 @@ def results_markdown(runs: Sequence[dict], reference: str, base: dict | None = N
                     cell += f"<br>{c['better']}/{c['worse']}, p {_p(c['p'])} ({_p(c['holm_p'])})"
                 cells.append(cell)
             lines.append(f"| {setting} | {len(entry['seeds'])} | " + " | ".join(cells) + " |")
-    lines += ["", "## Every run", "", "| setting | seed | " + " | ".join(m.title for m in METRICS) + " | train | eval |",
+    lines += ["", "## Every run", "",
+              "| setting | seed | " + " | ".join(m.title for m in METRICS) + " | train | eval |",
               "|---|---|" + "---|" * (len(METRICS) + 2)]
     for run in runs:
         timing = run.get("timing") or {}
@@ -246,6 +247,12 @@ def results_markdown(runs: Sequence[dict], reference: str, base: dict | None = N
 
 def _short_minutes(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds / 60:.1f} min"
+
+
+def _yerr(stats: dict, scale: float):
+    if stats["low"] is None:
+        return None
+    return [[scale * (stats["mean"] - stats["low"])], [scale * (stats["high"] - stats["mean"])]]
 
 
 def plot_sweep(runs: Sequence[dict], settings: Sequence[dict], reference: str, path: Path,
@@ -291,13 +298,12 @@ def plot_sweep(runs: Sequence[dict], settings: Sequence[dict], reference: str, p
             st = agg[label]["stats"][m.key]
             if st["mean"] is None:
                 continue
-            err = None if st["low"] is None else [[scale * (st["mean"] - st["low"])], [scale * (st["high"] - st["mean"])]]
-            ax.errorbar([x], [scale * st["mean"]], yerr=err, fmt="o", color="black", capsize=4, markersize=5,
-                        label="mean, 95 % CI" if label == next(iter(positions)) else None)
+            ax.errorbar([x], [scale * st["mean"]], yerr=_yerr(st, scale), fmt="o", color="black", capsize=4,
+                        markersize=5, label="mean, 95 % CI" if label == next(iter(positions)) else None)
             d = comparisons.get(label, {}).get("metrics", {}).get(m.key, {}).get("diff")
             if d and d["mean"] is not None:
-                derr = None if d["low"] is None else [[scale * (d["mean"] - d["low"])], [scale * (d["high"] - d["mean"])]]
-                dax.errorbar([x], [scale * d["mean"]], yerr=derr, fmt="o", color="black", capsize=4, markersize=5)
+                dax.errorbar([x], [scale * d["mean"]], yerr=_yerr(d, scale), fmt="o", color="black", capsize=4,
+                             markersize=5)
         if base is not None and base.get(m.key) is not None:
             ax.axhline(scale * base[m.key], color="grey", linestyle=":", label="base model")
         dax.axhline(0, color="grey", linewidth=1)

@@ -94,9 +94,9 @@ def run_state(run_dir: Path, spec: dict) -> str:
     if record.get("spec") != spec:
         old = record.get("spec") or {}
         changed = sorted(k for k in old.keys() | spec.keys() if old.get(k) != spec.get(k))
-        raise SweepMismatch(
-            f"{run_dir} holds a run made with other settings ({', '.join(f'{k}: {old.get(k)!r} -> {spec.get(k)!r}' for k in changed)}); "
-            "give another --out, or delete that folder to redo it")
+        differences = ", ".join(f"{k}: {old.get(k)!r} -> {spec.get(k)!r}" for k in changed)
+        raise SweepMismatch(f"{run_dir} holds a run made with other settings ({differences}); give another --out, or "
+                            "delete that folder to redo it")
     state = record.get("state")
     if state == "done" and (run_dir / "eval" / "report.json").is_file():
         return "done"
@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "added, as the reference")
     parser.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS),
                         help="training seeds: LoRA init and data order (default: 42 43 44; 42 is the demo's)")
-    parser.add_argument("--data-seed", type=int, default=42, help="seed of the generated problems (default: the demo's)")
+    parser.add_argument("--data-seed", type=int, default=42,
+                        help="seed of the generated problems (default: the demo's)")
     add_run_options(parser)
     parser.add_argument("--no-base", action="store_true", help="skip del-eval of the base model")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of each run (default 2)")
@@ -159,7 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _specs(args, train_file: Path, eval_file: Path) -> tuple[list[Setting], list[tuple[Setting | None, int | None, dict]]]:
+Planned = list[tuple[Setting | None, int | None, dict]]  # (setting, seed, spec); setting None: the base model
+
+
+def _specs(args, train_file: Path, eval_file: Path) -> tuple[list[Setting], Planned]:
     from .training import TrainSettings
 
     settings = list(dict.fromkeys([parse_setting(REFERENCE)] + list(args.settings or map(parse_setting,
@@ -167,7 +171,7 @@ def _specs(args, train_file: Path, eval_file: Path) -> tuple[list[Setting], list
     data = {"data_seed": args.data_seed, "train_sha256": _sha256(train_file), "heldout_sha256": _sha256(eval_file)}
     evaluation = {"eval_size": args.eval_size, "max_new_tokens": args.max_new_tokens,
                   "eval_batch_size": args.eval_batch_size}
-    runs: list[tuple[Setting | None, int | None, dict]] = []
+    runs: Planned = []
     if not args.no_base:
         runs.append((None, None, {"model": "SmolLM2-135M-Instruct", "criterion": None, "alpha": None, "seed": None,
                                   "train": None, **data, **evaluation}))
@@ -186,7 +190,9 @@ def _run_dir(out: Path, setting: Setting | None, seed: int | None) -> Path:
 
 def _hms(seconds: float) -> str:
     seconds = int(round(seconds))
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min" if seconds >= 3600 else f"{seconds // 60} min {seconds % 60:02d} s"
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    return f"{seconds // 60} min {seconds % 60:02d} s"
 
 
 def _work(run_dir: Path) -> int:
@@ -238,7 +244,7 @@ def _work(run_dir: Path) -> int:
     return 0
 
 
-def _finished(out: Path, planned: list[tuple[Setting | None, int | None, dict]]) -> tuple[list[dict], dict | None]:
+def _finished(out: Path, planned: Planned) -> tuple[list[dict], dict | None]:
     runs, base = [], None
     for setting, seed, spec in planned:
         run_dir = _run_dir(out, setting, seed)

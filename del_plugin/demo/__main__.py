@@ -1,4 +1,5 @@
-"""``python -m del_plugin.demo``: the README's main-job command (see ``del_plugin/demo/pipeline.py``)."""
+"""``python -m del_plugin.demo``: the README's main-job command (see ``del_plugin/demo/pipeline.py``);
+``python -m del_plugin.demo sweep``: the efficacy sweep over ``del_alpha`` and seeds (``del_plugin/demo/sweep.py``)."""
 
 import os
 import sys
@@ -10,6 +11,10 @@ for _key, _value in {"AXOLOTL_DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TOKENI
     os.environ.setdefault(_key, _value)
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["sweep"]:  # python -m del_plugin.demo sweep ...: the efficacy sweep (demo/sweep.py)
+        from .sweep import main
+
+        sys.exit(main(sys.argv[2:]))
     from .pipeline import main
 
     sys.exit(main())

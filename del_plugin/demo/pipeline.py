@@ -66,15 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: runs/demo, git-ignored)")
     parser.add_argument("--publish", help="also copy the table, findings, plots and summary into this folder "
                         "(the committed results live in docs/demo)")
+    add_run_options(parser)
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="del_alpha of the DEL run")
+    parser.add_argument("--seed", type=int, default=42, help="seed of the problems, the LoRA init and the data order")
+    return parser
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The training and evaluation options shared by the demo and its sweep (``python -m del_plugin.demo sweep``)."""
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps per fine-tune")
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="del_alpha of the DEL run")
     parser.add_argument("--eval-size", type=int, default=150, help="held-out problems")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--eval-batch-size", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=42, help="seed of the problems, the LoRA init and the data order")
-    return parser
 
 
 def _write_results(out: Path, args, argv, train_settings, reports, generations, histories, timing, wall, cpu,

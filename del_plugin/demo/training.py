@@ -35,10 +35,14 @@ class TrainSettings:
         return self.steps * self.micro_batch_size
 
 
-def axolotl_config(model_dir: Path, train_file: Path, run_dir: Path, del_alpha: float, settings: TrainSettings
-                   ) -> dict:
-    """A LoRA config for SmolLM2's chat template that runs on a CPU (no bf16/fp16, sdpa, no fused kernels)."""
-    return {
+def axolotl_config(model_dir: Path, train_file: Path, run_dir: Path, del_alpha: float, settings: TrainSettings,
+                   criterion: str = "del") -> dict:
+    """A LoRA config for SmolLM2's chat template that runs on a CPU (no bf16/fp16, sdpa, no fused kernels).
+
+    ``settings.seed`` sets the LoRA initialisation and the order of the training rows (Axolotl shuffles with it),
+    so two configs that differ only in ``del_alpha`` / ``criterion`` see the same data in the same order.
+    ``criterion`` is ``del_criterion`` (docs/criteria.md); the key is written only when it is not DEL's."""
+    config = {
         "base_model": str(model_dir),
         "tokenizer_config": str(model_dir),
         "datasets": [{"path": str(train_file), "ds_type": "json", "type": "chat_template",
@@ -69,6 +73,9 @@ def axolotl_config(model_dir: Path, train_file: Path, run_dir: Path, del_alpha: 
         "plugins": ["del_plugin.DELPlugin"],
         "del_alpha": del_alpha,
     }
+    if criterion != "del":
+        config["del_criterion"] = criterion
+    return config
 
 
 def train_lora(config: dict, run_dir: Path) -> tuple[Path, list[dict]]:

@@ -1,0 +1,336 @@
+"""The statistics, tables and plots of the efficacy sweep (``python -m del_plugin.demo sweep``).
+
+Every run of the sweep is one (setting, seed): a setting is a criterion and its ``del_alpha``, a seed sets the LoRA
+initialisation and the order of the training rows, the same for every setting. All runs are evaluated on the same
+held-out problems. The comparisons use that pairing twice:
+
+* **per seed**: the difference ``setting - reference`` of a metric on the same seed, then the mean of the
+  differences and a 95 % t-interval over seeds (``n - 1`` degrees of freedom; with 3 seeds the t factor is 4.30);
+* **per problem**: on each (seed, held-out problem), which of the two runs did better; the counts are pooled over
+  the seeds and put through the exact two-sided sign test of :mod:`.findings`. Pooling treats the (seed, problem)
+  pairs as independent, which they are not quite (the same problem recurs once per seed), so read those p-values
+  as a screen; the seed-level interval is the conservative one.
+
+Nothing here imports torch or Axolotl (the tests run it on hand-made results).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .findings import paired_lower, sign_test_p_value
+
+__all__ = [
+    "METRICS",
+    "Metric",
+    "aggregate",
+    "holm",
+    "mean_ci",
+    "paired_comparisons",
+    "plot_sweep",
+    "results_markdown",
+    "run_metrics",
+    "t_quantile",
+]
+
+# Two-sided 95 % quantiles of Student's t, df 1..30 (scipy.stats.t.ppf(0.975, df), rounded to 4 decimals).
+_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788, 2.1604,
+         2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
+         2.0518, 2.0484, 2.0452, 2.0423)
+
+
+def t_quantile(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (the half-width factor of a 95 % interval)."""
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    try:
+        from scipy.stats import t
+    except ImportError:  # the normal quantile is within 2 % of t's beyond 30 degrees of freedom
+        return 1.96
+    return float(t.ppf(0.975, df))
+
+
+def mean_ci(values: Sequence[float]) -> dict:
+    """Mean, sample standard deviation and 95 % t-interval of ``values`` (None values are left out); with one value
+    the interval is None."""
+    values = [float(v) for v in values if v is not None]
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": None, "sd": None, "low": None, "high": None}
+    mean = statistics.fmean(values)
+    if n == 1:
+        return {"n": 1, "mean": mean, "sd": None, "low": None, "high": None}
+    sd = statistics.stdev(values)
+    half = t_quantile(n - 1) * sd / math.sqrt(n)
+    return {"n": n, "mean": mean, "sd": sd, "low": mean - half, "high": mean + half}
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (same order as given): controls the chance of any false positive among
+    all the tests at once."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [1.0] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _log_error(row: dict) -> float | None:
+    if row.get("prediction") is None:
+        return None
+    s = lambda x: math.copysign(math.log1p(abs(x)), x)  # noqa: E731 - metrics.log_transform, without torch
+    return abs(s(float(row["prediction"])) - s(float(row["reference"])))
+
+
+def _tf_accuracy(row: dict) -> float | None:
+    return row["tf_digits_correct"] / row["tf_digits"] if row.get("tf_digits") else None
+
+
+def _tf_entropy(row: dict) -> float | None:
+    return row["tf_entropy_sum"] / row["tf_digits"] if row.get("tf_digits") else None
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    title: str
+    path: tuple[str, str]  # where report["overall"] holds it
+    higher_is_better: bool | None  # None: a direction, not a quality (entropy)
+    percent: bool
+    per_problem: Callable[[dict], float | None]  # from a generations.jsonl row; lower wins the per-problem count
+
+    def fmt(self, x: float | None, signed: bool = False) -> str:
+        if x is None:
+            return "n/a"
+        if self.percent:
+            return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
+        return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("accuracy", "accuracy (%)", ("generation", "accuracy"), True, True,
+           lambda r: -float(bool(r["correct"]))),
+    Metric("mae", "MAE", ("generation", "mae"), False, False, lambda r: r.get("abs_error")),
+    Metric("log_mae", "log-MAE", ("generation", "log_mae"), False, False, _log_error),
+    Metric("tf_digit_accuracy", "TF digit accuracy (%)", ("teacher_forced", "digit_accuracy"), True, True,
+           lambda r: None if _tf_accuracy(r) is None else -_tf_accuracy(r)),
+    Metric("tf_entropy", "TF digit entropy (nats)", ("teacher_forced", "mean_entropy"), None, False, _tf_entropy),
+)
+_BY_KEY = {m.key: m for m in METRICS}
+
+
+def run_metrics(report: dict) -> dict[str, float | None]:
+    """The sweep's five numbers from a del-eval report."""
+    overall = report.get("overall") or {}
+    return {m.key: (overall.get(m.path[0]) or {}).get(m.path[1]) for m in METRICS}
+
+
+def aggregate(runs: Sequence[dict]) -> dict[str, dict]:
+    """``runs``: dicts with ``setting`` (a label), ``seed`` and ``metrics`` (:func:`run_metrics`). Returns, per
+    setting in first-seen order, its seeds and the :func:`mean_ci` of every metric over them."""
+    out: dict[str, dict] = {}
+    for run in runs:
+        entry = out.setdefault(run["setting"], {"seeds": [], "values": {m.key: [] for m in METRICS}})
+        entry["seeds"].append(run["seed"])
+        for m in METRICS:
+            entry["values"][m.key].append(run["metrics"].get(m.key))
+    for entry in out.values():
+        entry["stats"] = {key: mean_ci(values) for key, values in entry["values"].items()}
+    return out
+
+
+def paired_comparisons(runs: Sequence[dict], reference: str) -> dict[str, dict]:
+    """Every setting against ``reference`` on the seeds both have: per metric, the per-seed differences with their
+    mean and 95 % t-interval, and, when the runs carry ``generations`` (a generations.jsonl path), the per-problem
+    counts pooled over those seeds (``better``: the setting did better, ``worse``, ``tied``) and the sign test's p.
+    ``holm_p`` adjusts the p-values over every (setting, metric) test of the table."""
+    by_setting: dict[str, dict[int, dict]] = {}
+    for run in runs:
+        by_setting.setdefault(run["setting"], {})[run["seed"]] = run
+    ref = by_setting.get(reference, {})
+    out: dict[str, dict] = {}
+    for setting, seeds in by_setting.items():
+        if setting == reference:
+            continue
+        shared = sorted(seeds.keys() & ref.keys())
+        if not shared:
+            continue
+        entry = {"seeds": shared, "metrics": {}}
+        for m in METRICS:
+            diffs = [
+                seeds[s]["metrics"][m.key] - ref[s]["metrics"][m.key] for s in shared
+                if seeds[s]["metrics"].get(m.key) is not None and ref[s]["metrics"].get(m.key) is not None
+            ]
+            result = {"per_seed": diffs, "diff": mean_ci(diffs)}
+            if all(seeds[s].get("generations") and ref[s].get("generations") for s in shared):
+                counts = {"problems": 0, "better": 0, "worse": 0, "tied": 0}
+                for s in shared:
+                    c = paired_lower(Path(seeds[s]["generations"]), Path(ref[s]["generations"]), m.per_problem)
+                    counts["problems"] += c["problems"]
+                    counts["better"] += c["a_lower"]
+                    counts["worse"] += c["b_lower"]
+                    counts["tied"] += c["equal"]
+                counts["p"] = sign_test_p_value(counts["better"], counts["worse"])
+                result["per_problem"] = counts
+            entry["metrics"][m.key] = result
+        out[setting] = entry
+    tests = [(s, k) for s, e in out.items() for k, r in e["metrics"].items() if "per_problem" in r]
+    for (s, k), p in zip(tests, holm([out[s]["metrics"][k]["per_problem"]["p"] for s, k in tests])):
+        out[s]["metrics"][k]["per_problem"]["holm_p"] = p
+    return out
+
+
+def _interval(m: Metric, stats: dict, signed: bool = False) -> str:
+    if stats["mean"] is None:
+        return "n/a"
+    if stats["low"] is None:
+        return m.fmt(stats["mean"], signed)
+    return f"{m.fmt(stats['mean'], signed)} [{m.fmt(stats['low'], signed)}, {m.fmt(stats['high'], signed)}]"
+
+
+def _p(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
+
+
+def results_markdown(runs: Sequence[dict], reference: str, base: dict | None = None) -> str:
+    """The sweep's tables: per setting the mean and 95 % interval over seeds; each setting minus the reference on
+    the same seeds, with the pooled per-problem sign tests; every run."""
+    agg = aggregate(runs)
+    lines = ["## Per setting: mean over seeds [95 % t-interval]", "",
+             "| setting | seeds | " + " | ".join(m.title for m in METRICS) + " |",
+             "|---|---|" + "---|" * len(METRICS)]
+    if base is not None:
+        lines.append("| base model (no fine-tune) | - | "
+                     + " | ".join(m.fmt(base.get(m.key)) for m in METRICS) + " |")
+    for setting, entry in agg.items():
+        lines.append(f"| {setting} | {len(entry['seeds'])} | "
+                     + " | ".join(_interval(m, entry["stats"][m.key]) for m in METRICS) + " |")
+    comparisons = paired_comparisons(runs, reference)
+    if comparisons:
+        lines += ["", f"## Paired against {reference}, same seeds", "",
+                  "Per metric: the mean over seeds of (setting - reference) [95 % t-interval over the per-seed "
+                  "differences]; then, pooled over the seeds, on how many held-out problems the setting did better / "
+                  "worse than the reference (ties left out) and the exact sign test's p (Holm-adjusted over the whole "
+                  "table in brackets). Accuracy and TF digit accuracy: higher is better; MAE and log-MAE: lower; "
+                  "entropy: lower means sharper digit distributions (counted as 'better' below), not more correct.",
+                  "", "| setting | seeds | " + " | ".join(m.title for m in METRICS) + " |",
+                  "|---|---|" + "---|" * len(METRICS)]
+        for setting, entry in comparisons.items():
+            cells = []
+            for m in METRICS:
+                r = entry["metrics"][m.key]
+                cell = _interval(m, r["diff"], signed=True)
+                if "per_problem" in r:
+                    c = r["per_problem"]
+                    cell += f"<br>{c['better']}/{c['worse']}, p {_p(c['p'])} ({_p(c['holm_p'])})"
+                cells.append(cell)
+            lines.append(f"| {setting} | {len(entry['seeds'])} | " + " | ".join(cells) + " |")
+    lines += ["", "## Every run", "",
+              "| setting | seed | " + " | ".join(m.title for m in METRICS) + " | train | eval |",
+              "|---|---|" + "---|" * (len(METRICS) + 2)]
+    for run in runs:
+        timing = run.get("timing") or {}
+        lines.append(f"| {run['setting']} | {run['seed']} | "
+                     + " | ".join(m.fmt(run["metrics"].get(m.key)) for m in METRICS)
+                     + f" | {_short_minutes(timing.get('train_s'))} | {_short_minutes(timing.get('eval_s'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def _short_minutes(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 60:.1f} min"
+
+
+def _yerr(stats: dict, scale: float):
+    if stats["low"] is None:
+        return None
+    return [[scale * (stats["mean"] - stats["low"])], [scale * (stats["high"] - stats["mean"])]]
+
+
+def plot_sweep(runs: Sequence[dict], settings: Sequence[dict], reference: str, path: Path,
+               base: dict | None = None) -> Path | None:
+    """Two rows of panels, one column per metric. Top: every run (one line per seed, so the pairing shows) and the
+    mean with its 95 % interval, against ``del_alpha`` for DEL (a symmetric-log axis, so that 0 fits) and at the
+    right, apart, the other criteria. Bottom: setting minus reference on the same seed, mean and 95 % interval.
+    ``settings``: dicts with ``label``, ``criterion`` and ``alpha``, in plotting order."""
+    if not runs:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agg = aggregate(runs)
+    comparisons = paired_comparisons(runs, reference)
+    dels = [s for s in settings if s["criterion"] == "del" and s["label"] in agg]
+    others = [s for s in settings if s["criterion"] != "del" and s["label"] in agg]
+    # x positions: DEL's alphas on a symlog scale, the other criteria at fixed spots to the right
+    alphas = [s["alpha"] for s in dels]
+    top = max(alphas or [1.0])
+    positions = {s["label"]: s["alpha"] for s in dels}
+    for k, s in enumerate(others):
+        positions[s["label"]] = top * 4 ** (k + 1)
+    seeds = sorted({r["seed"] for r in runs})
+    fig, axes = plt.subplots(2, len(METRICS), figsize=(4.2 * len(METRICS), 7.6), squeeze=False)
+    for col, m in enumerate(METRICS):
+        scale = 100 if m.percent else 1
+        ax, dax = axes[0][col], axes[1][col]
+        for k, seed in enumerate(seeds):
+            points = sorted((positions[r["setting"]], r["metrics"][m.key]) for r in runs
+                            if r["seed"] == seed and r["setting"] in positions and r["metrics"].get(m.key) is not None
+                            and any(s["label"] == r["setting"] for s in dels))
+            if points:
+                ax.plot([x for x, _ in points], [scale * y for _, y in points], color=f"C{k}", alpha=0.45,
+                        marker=".", linewidth=1, label=f"seed {seed}")
+            for s in others:
+                for r in runs:
+                    if r["seed"] == seed and r["setting"] == s["label"] and r["metrics"].get(m.key) is not None:
+                        ax.plot(positions[s["label"]], scale * r["metrics"][m.key], ".", color=f"C{k}", alpha=0.45)
+        for label, x in positions.items():
+            st = agg[label]["stats"][m.key]
+            if st["mean"] is None:
+                continue
+            ax.errorbar([x], [scale * st["mean"]], yerr=_yerr(st, scale), fmt="o", color="black", capsize=4,
+                        markersize=5, label="mean, 95 % CI" if label == next(iter(positions)) else None)
+            d = comparisons.get(label, {}).get("metrics", {}).get(m.key, {}).get("diff")
+            if d and d["mean"] is not None:
+                dax.errorbar([x], [scale * d["mean"]], yerr=_yerr(d, scale), fmt="o", color="black", capsize=4,
+                             markersize=5)
+        if base is not None and base.get(m.key) is not None:
+            ax.axhline(scale * base[m.key], color="grey", linestyle=":", label="base model")
+        dax.axhline(0, color="grey", linewidth=1)
+        ticks = list(positions.values())
+        names = [f"{s['alpha']:g}" for s in dels] + [f"{s['criterion']}\n{s['alpha']:g}" for s in others]
+        for a in (ax, dax):
+            a.set_xscale("symlog", linthresh=0.1)
+            a.set_xticks(ticks)
+            a.set_xticklabels(names, fontsize=8)
+            a.grid(alpha=0.3)
+            a.set_xlabel("del_alpha (DEL)  |  other criteria")
+        ax.set_title(m.title)
+        dax.set_title(f"{m.title}: minus {reference}", fontsize=9)
+        if col == 0:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def load_runs(paths: Sequence[Path]) -> list[dict]:
+    """The finished runs among ``run.json`` files written by the sweep (see :mod:`.sweep`)."""
+    runs = []
+    for path in paths:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+        if record.get("state") == "done":
+            runs.append(record)
+    return runs

@@ -38,7 +38,6 @@ DEFAULT_SETTINGS = ("del:0", "del:0.1", "del:0.3", "del:1", "del:3", "ntl_was:0.
 DEFAULT_SEEDS = (42, 43, 44)
 REFERENCE = "del:0"
 RUN_FILE = "run.json"
-DIGIT_CRITERIA = ("del", "ntl_was", "ntl_mse", "dist2", "del_dist")
 
 
 class SweepMismatch(RuntimeError):
@@ -65,6 +64,8 @@ class Setting:
 
 def parse_setting(text: str) -> Setting:
     criterion, sep, alpha = text.partition(":")
+    from ..core.criteria import DIGIT_CRITERIA
+
     if not sep or criterion not in DIGIT_CRITERIA:
         raise argparse.ArgumentTypeError(f"{text!r}: expected CRITERION:ALPHA with CRITERION one of "
                                          f"{', '.join(DIGIT_CRITERIA)} (e.g. del:0.3)")

@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM := false
 # idle torch threads sleep instead of spinning: on a shared or small machine spinning costs more than it saves
 export OMP_WAIT_POLICY := PASSIVE
 
-.PHONY: setup assets test test-fast demo bench gpu-check clean
+.PHONY: setup assets lint test test-fast demo bench gpu-check clean
 
 $(VENV)/.installed: setup.cfg requirements.lock
 	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found (Axolotl 0.21.0 needs >= 3.12); set PYTHON312=/path/to/python3.12"; exit 1; }
@@ -25,7 +25,11 @@ assets: $(VENV)/.installed
 
 setup: assets
 
-test: setup
+lint: $(VENV)/.installed
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+test: setup lint
 	$(PY) -m pytest -q
 
 test-fast: setup

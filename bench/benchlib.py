@@ -21,10 +21,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -63,9 +63,20 @@ def _git_commit() -> str | None:
         )
         dirty = subprocess.run(
             # the results a run rewrites as it goes are not a change to what it measures
-            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".",
-             ":(exclude)bench/results"],
-            capture_output=True, text=True, check=True,
+            [
+                "git",
+                "-C",
+                str(REPO_ROOT),
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":(exclude)bench/results",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         return out.stdout.strip() + ("+modified" if dirty else "")
     except (OSError, subprocess.CalledProcessError):

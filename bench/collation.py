@@ -1,8 +1,8 @@
 """Collation benchmark: Axolotl's host collators alone and wrapped by NumberSpanCollator, on GSM8K.
 
-GSM8K train problems (vendored in ``data/gsm8k/``, read by ``del_plugin.assets.gsm8k_rows``) are tokenised with a real tokenizer
-(Llama-2's SentencePiece, ``llama-spm``) in the Alpaca format Axolotl's ``type: alpaca`` uses, the prompt masked
-with -100 in the labels. Two collators, as Axolotl configures them:
+GSM8K train problems (vendored in ``data/gsm8k/``, read by ``del_plugin.assets.gsm8k_rows``) are tokenised with a
+real tokenizer (Llama-2's SentencePiece, ``llama-spm``) in the Alpaca format Axolotl's ``type: alpaca`` uses, the
+prompt masked with -100 in the labels. Two collators, as Axolotl configures them:
 
 * padded: ``DataCollatorForSeq2Seq`` (``pad_to_multiple_of=64``), micro-batches of 8 samples;
 * packed: ``V2BatchSamplerDataCollatorForSeq2Seq`` (``pad_to_multiple_of=sequence_len``), micro-batches of 2
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import statistics
 import sys
@@ -49,8 +48,14 @@ def tokenize(rows: list[dict], tokenizer, max_len: int) -> list[dict]:
         ids = ([tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []) + prompt + answer
         ids = ids[:max_len]
         labels = ([-100] * (len(ids) - len(answer)) + answer)[:max_len]
-        features.append({"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels,
-                         "position_ids": list(range(len(ids)))})
+        features.append(
+            {
+                "input_ids": ids,
+                "attention_mask": [1] * len(ids),
+                "labels": labels,
+                "position_ids": list(range(len(ids))),
+            }
+        )
     return features
 
 
@@ -103,8 +108,9 @@ def bench_collator(name, plain, wrapped, batches, passes: int, bar) -> dict:
         }
     result["overhead_cpu"] = result["wrapped"]["total_cpu_s"] / result["plain"]["total_cpu_s"] - 1
     result["overhead_wall"] = result["wrapped"]["total_wall_s"] / result["plain"]["total_wall_s"] - 1
-    result["overhead_median_batch_ratio_cpu"] = statistics.median(
-        w / p for w, p in zip(times["wrapped"]["cpu"], times["plain"]["cpu"])) - 1
+    result["overhead_median_batch_ratio_cpu"] = (
+        statistics.median(w / p for w, p in zip(times["wrapped"]["cpu"], times["plain"]["cpu"])) - 1
+    )
     return result
 
 
@@ -119,32 +125,47 @@ def run(args) -> dict:
     tokenizer = load_tokenizer(args.tokenizer)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=args.tokenizer)
     features = tokenize(gsm8k_rows(args.samples), tokenizer, args.sequence_len)
-    digit_targets = sum(
-        int((vocab.classify(torch.tensor(f["labels"]))[0] >= 0).sum()) for f in features)
+    digit_targets = sum(int((vocab.classify(torch.tensor(f["labels"]))[0] >= 0).sum()) for f in features)
     label_targets = sum(sum(1 for t in f["labels"] if t != -100) for f in features)
 
     padded_batches = [
-        [{k: v for k, v in f.items() if k != "position_ids"} for f in features[i:i + args.micro_batch_size]]
+        [{k: v for k, v in f.items() if k != "position_ids"} for f in features[i : i + args.micro_batch_size]]
         for i in range(0, len(features), args.micro_batch_size)
     ]
     packs = pack(features, args.sequence_len)
-    packed_batches = [packs[i:i + args.packs_per_batch] for i in range(0, len(packs), args.packs_per_batch)]
+    packed_batches = [packs[i : i + args.packs_per_batch] for i in range(0, len(packs), args.packs_per_batch)]
 
     padded = DataCollatorForSeq2Seq(tokenizer, padding=True, pad_to_multiple_of=64, return_tensors="pt")
     packed = V2BatchSamplerDataCollatorForSeq2Seq(
-        tokenizer, padding=True, pad_to_multiple_of=args.sequence_len, return_tensors="pt")
+        tokenizer, padding=True, pad_to_multiple_of=args.sequence_len, return_tensors="pt"
+    )
     bar = tqdm(total=2 * args.passes, desc="collation", unit="pass", file=sys.stdout, disable=args.quiet)
     results = {
         "machine": {**benchlib.machine_info(), "torch_threads": torch.get_num_threads()},
-        "tokenizer": args.tokenizer, "samples": len(features), "sequence_len": args.sequence_len,
-        "label_targets": label_targets, "digit_targets": digit_targets,
+        "tokenizer": args.tokenizer,
+        "samples": len(features),
+        "sequence_len": args.sequence_len,
+        "label_targets": label_targets,
+        "digit_targets": digit_targets,
         "digit_share_of_targets": round(digit_targets / max(label_targets, 1), 4),
         "collators": [
-            bench_collator(f"padded: DataCollatorForSeq2Seq, {args.micro_batch_size} samples/batch",
-                           padded, NumberSpanCollator(padded, vocab), padded_batches, args.passes, bar),
-            bench_collator(f"packed: V2BatchSamplerDataCollatorForSeq2Seq, {args.packs_per_batch} packs of "
-                           f"<= {args.sequence_len} tokens/batch",
-                           packed, NumberSpanCollator(packed, vocab), packed_batches, args.passes, bar),
+            bench_collator(
+                f"padded: DataCollatorForSeq2Seq, {args.micro_batch_size} samples/batch",
+                padded,
+                NumberSpanCollator(padded, vocab),
+                padded_batches,
+                args.passes,
+                bar,
+            ),
+            bench_collator(
+                f"packed: V2BatchSamplerDataCollatorForSeq2Seq, {args.packs_per_batch} packs of "
+                f"<= {args.sequence_len} tokens/batch",
+                packed,
+                NumberSpanCollator(packed, vocab),
+                packed_batches,
+                args.passes,
+                bar,
+            ),
         ],
     }
     bar.close()
@@ -158,17 +179,34 @@ def run(args) -> dict:
 def tables(results: dict) -> str:
     rows = []
     for c in results["collators"]:
-        rows.append([
-            c["collator"], c["batches"] * c["passes"],
-            f"{c['plain']['median_batch_ms_cpu']:.2f}", f"{c['wrapped']['median_batch_ms_cpu']:.2f}",
-            f"{c['plain']['tokens_per_s_cpu']:,.0f}", f"{c['wrapped']['tokens_per_s_cpu']:,.0f}",
-            f"**{c['overhead_cpu']:+.1%}**", f"{c['overhead_wall']:+.1%}",
-        ])
+        rows.append(
+            [
+                c["collator"],
+                c["batches"] * c["passes"],
+                f"{c['plain']['median_batch_ms_cpu']:.2f}",
+                f"{c['wrapped']['median_batch_ms_cpu']:.2f}",
+                f"{c['plain']['tokens_per_s_cpu']:,.0f}",
+                f"{c['wrapped']['tokens_per_s_cpu']:,.0f}",
+                f"**{c['overhead_cpu']:+.1%}**",
+                f"{c['overhead_wall']:+.1%}",
+            ]
+        )
     return benchlib.markdown_table(
-        ["collator", "batches timed", "plain ms/batch", "wrapped ms/batch", "plain tokens/s", "wrapped tokens/s",
-         "overhead (CPU)", "overhead (wall)"], rows) + (
+        [
+            "collator",
+            "batches timed",
+            "plain ms/batch",
+            "wrapped ms/batch",
+            "plain tokens/s",
+            "wrapped tokens/s",
+            "overhead (CPU)",
+            "overhead (wall)",
+        ],
+        rows,
+    ) + (
         f"\n\n{results['samples']:,} GSM8K train problems, {results['tokenizer']}; "
-        f"{results['digit_share_of_targets']:.1%} of the label targets are digits.\n")
+        f"{results['digit_share_of_targets']:.1%} of the label targets are digits.\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:

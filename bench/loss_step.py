@@ -46,9 +46,9 @@ import math
 import os
 import random
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -105,8 +105,12 @@ def word_token_ids(tokenizer, digit_ids: list[int], dot_id: int | None) -> torch
     special = set(tokenizer.all_special_ids)
     vocab = tokenizer.get_vocab()
     ids = [
-        i for tok, i in vocab.items()
-        if i not in special and i != dot_id and "." not in tok and not any(ch.isdigit() for ch in tok)
+        i
+        for tok, i in vocab.items()
+        if i not in special
+        and i != dot_id
+        and "." not in tok
+        and not any(ch.isdigit() for ch in tok)
         and i not in digit_ids
     ]
     return torch.tensor(sorted(ids)[:20000])
@@ -139,8 +143,12 @@ def axolotl_chunked_ce_loss() -> Callable:
 
 
 def naive_reference_term(
-    logits: torch.Tensor, labels: torch.Tensor, digit_ids: list[int], dot_id: int,
-    integer_slope: float = 2.0, decimal_base: float = 1.02,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    digit_ids: list[int],
+    dot_id: int,
+    integer_slope: float = 2.0,
+    decimal_base: float = 1.02,
 ) -> torch.Tensor:
     """The authors' approach, re-implemented: full float copy, per-number Python loop, host synchronisation.
 
@@ -160,8 +168,10 @@ def naive_reference_term(
                 t += 1
                 continue
             positions, values, point = [], [], None
-            while t < len(row) and (row[t] in value_of or (row[t] == dot_id and point is None
-                                                           and t + 1 < len(row) and row[t + 1] in value_of)):
+            while t < len(row) and (
+                row[t] in value_of
+                or (row[t] == dot_id and point is None and t + 1 < len(row) and row[t + 1] in value_of)
+            ):
                 if row[t] == dot_id:
                     point = len(positions)
                 else:
@@ -196,8 +206,16 @@ class Case:
     values without gradient.
     """
 
-    def __init__(self, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, vocab, digit_ids, dot_id,
-                 ce_losses: dict[str, Callable]):
+    def __init__(
+        self,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        labels: torch.Tensor,
+        vocab,
+        digit_ids,
+        dot_id,
+        ce_losses: dict[str, Callable],
+    ):
         from del_plugin.core import next_token_places, shift_to_next_token
         from del_plugin.core.places import NOT_A_DIGIT
 
@@ -276,7 +294,8 @@ class Case:
                 fns[method_name(kind, head, "ce")] = partial(self.step, kind, head)
                 fns[method_name(kind, head, "ce+del")] = partial(self.step, kind, head, "del")
         fns[method_name("plain", "frozen", "ce+del (logits API)")] = partial(
-            self.step, "plain", "frozen", "del (logits API)")
+            self.step, "plain", "frozen", "del (logits API)"
+        )
         if extras:
             fns[method_name("plain", "frozen", "ce+naive")] = partial(self.step, "plain", "frozen", "naive")
         return fns
@@ -338,9 +357,17 @@ def run(args) -> dict:
     dtype = getattr(torch, args.dtype)
     if device.type == "cpu" and args.threads:
         torch.set_num_threads(args.threads)
-    results = {"machine": benchlib.machine_info(), "memory_validation": benchlib.validate_memory_measurement(device),
-               "alpha": ALPHA, "seq_len": SEQ_LEN, "hidden_size": args.hidden, "dtype": args.dtype,
-               "digit_fraction": args.fraction, "cases": [], "skipped": []}
+    results = {
+        "machine": benchlib.machine_info(),
+        "memory_validation": benchlib.validate_memory_measurement(device),
+        "alpha": ALPHA,
+        "seq_len": SEQ_LEN,
+        "hidden_size": args.hidden,
+        "dtype": args.dtype,
+        "digit_fraction": args.fraction,
+        "cases": [],
+        "skipped": [],
+    }
     results["machine"]["device"] = str(device)
     smallest = min(args.all_shapes, key=lambda s: s[0] * s[1])
     ce_losses = {"plain": plain_ce_loss(), "chunked": axolotl_chunked_ce_loss()}
@@ -355,17 +382,20 @@ def run(args) -> dict:
         available = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else benchlib.mem_available_bytes()
         need = estimated_need_bytes(tokens, vocab_size, args.hidden)
         if device.type == "cpu" and available is not None and need > args.max_memory_fraction * available:
-            reason = (f"needs ~{need / 2**30:.0f} GiB (five float32 buffers of {tokens:,} x {vocab_size:,}, "
-                      "fragmented), "
-                      f"{available / 2**30:.0f} GiB of RAM available")
+            reason = (
+                f"needs ~{need / 2**30:.0f} GiB (five float32 buffers of {tokens:,} x {vocab_size:,}, "
+                "fragmented), "
+                f"{available / 2**30:.0f} GiB of RAM available"
+            )
             results["skipped"].append({"tokens": tokens, "vocab_size": vocab_size, "reason": reason})
             tqdm.write(f"skipping {tokens}x{vocab_size}: {reason}")
             bar.update(1)
             continue
         extras = args.extras_all_shapes or (tokens, vocab_size) == smallest
         words = word_token_ids(tokenizer, digit_ids, vocab.decimal_point_id)
-        labels = synthetic_labels(tokens // SEQ_LEN, SEQ_LEN, digit_ids, vocab.decimal_point_id, words,
-                                  args.fraction, seed=1)
+        labels = synthetic_labels(
+            tokens // SEQ_LEN, SEQ_LEN, digit_ids, vocab.decimal_point_id, words, args.fraction, seed=1
+        )
         gen = torch.Generator().manual_seed(0)
         # logits h . W^T of standard deviation ~2, as in the previous logits benchmark
         hidden = torch.randn(tokens, args.hidden, generator=gen).to(device, dtype)
@@ -394,7 +424,7 @@ def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras,
     for name, fn in fns.items():
         bar.set_postfix_str(f"{label} memory {name}")
         box = {}
-        memory[name], sizes = benchlib.peak_and_allocations(lambda: box.setdefault("v", fn()), device)
+        memory[name], sizes = benchlib.peak_and_allocations(lambda box=box, fn=fn: box.setdefault("v", fn()), device)
         head_sized[name] = sum(1 for s in sizes if s == head_bytes) if device.type == "cpu" else None
         values[name] = float(box["v"])
         case.clear_grad()
@@ -403,8 +433,13 @@ def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras,
     for name in fns:
         groups.setdefault(name.split(": ", 1)[0], []).append(name)
     timings = benchlib.interleaved_rounds(
-        fns, rounds, device, after_each=case.clear_grad, groups=list(groups.values()),
-        progress=lambda s: bar.set_postfix_str(f"{label} {s}"))
+        fns,
+        rounds,
+        device,
+        after_each=case.clear_grad,
+        groups=list(groups.values()),
+        progress=lambda s: bar.set_postfix_str(f"{label} {s}"),
+    )
     # every way of computing DEL must give the same loss, or comparing their cost means nothing
     check_same_terms(values, label)
     methods = {}
@@ -413,7 +448,10 @@ def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras,
         head, loss = rest.split(" head: ", 1)
         baseline = method_name(kind, head, "ce")
         methods[name] = {
-            "ce": kind, "head": head, "loss": loss, "baseline": baseline,
+            "ce": kind,
+            "head": head,
+            "loss": loss,
+            "baseline": baseline,
             "median_wall_s": timings.median(name, "wall"),
             "median_cpu_s": timings.median(name, "cpu"),
             "median_user_s": timings.median(name, "user"),
@@ -430,10 +468,16 @@ def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras,
             "user_s": timings.user[name],
         }
     out = {
-        "tokens": tokens, "vocab_size": vocab_size, "hidden_size": case.hidden.shape[-1], "tokenizer": tok_name,
-        "digit_share_measured": round(float(case.n_digits) / float(case.num_items), 4), "rounds": rounds,
-        "logits_bytes": tokens * vocab_size * case.hidden.element_size(), "head_bytes": head_bytes,
-        "load_average_after": [round(x, 2) for x in os.getloadavg()], "methods": methods,
+        "tokens": tokens,
+        "vocab_size": vocab_size,
+        "hidden_size": case.hidden.shape[-1],
+        "tokenizer": tok_name,
+        "digit_share_measured": round(float(case.n_digits) / float(case.num_items), 4),
+        "rounds": rounds,
+        "logits_bytes": tokens * vocab_size * case.hidden.element_size(),
+        "head_bytes": head_bytes,
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "methods": methods,
     }
     out["term_only"] = term_only(case, label, bar, max(rounds, 5), extras)
     return out
@@ -469,18 +513,30 @@ def term_only(case: Case, label: str, bar, rounds: int, extras: bool) -> dict:
     for name, fn in fns.items():
         bar.set_postfix_str(f"{label} term only, memory {name}")
         box = {}
-        memory[name] = benchlib.peak_live_bytes(lambda: box.setdefault("v", fn()), case.hidden.device)
+        memory[name] = benchlib.peak_live_bytes(lambda box=box, fn=fn: box.setdefault("v", fn()), case.hidden.device)
         values[name] = float(box["v"])
         clear()
     naive = values.get("naive (from logits)", values["del"])
     if not math.isclose(naive, values["del"], rel_tol=1e-4, abs_tol=1e-6):
         raise AssertionError(f"{label}: naive term {naive} != our DEL term {values['del']}")
     # ours costs milliseconds, so one stall of the machine moves its median: at least five rounds
-    timings = benchlib.interleaved_rounds(fns, rounds, case.hidden.device, after_each=clear,
-                                          progress=lambda s: bar.set_postfix_str(f"{label} term only {s}"))
-    out = {name: {"median_wall_s": timings.median(name, "wall"), "median_cpu_s": timings.median(name, "cpu"),
-                  "median_user_s": timings.median(name, "user"), "peak_bytes": memory[name], "value": values[name]}
-           for name in fns}
+    timings = benchlib.interleaved_rounds(
+        fns,
+        rounds,
+        case.hidden.device,
+        after_each=clear,
+        progress=lambda s: bar.set_postfix_str(f"{label} term only {s}"),
+    )
+    out = {
+        name: {
+            "median_wall_s": timings.median(name, "wall"),
+            "median_cpu_s": timings.median(name, "cpu"),
+            "median_user_s": timings.median(name, "user"),
+            "peak_bytes": memory[name],
+            "value": values[name],
+        }
+        for name in fns
+    }
     if logits_leaf is not None:
         out["naive_over_ours_cpu"] = timings.ratio("naive (from logits)", "del", "cpu")
         out["naive_over_ours_wall"] = timings.ratio("naive (from logits)", "del", "wall")
@@ -493,8 +549,11 @@ def del_rows(results: dict):
     for case in results["cases"]:
         for kind in CE_KINDS:
             for head in HEADS:
-                yield case, case["methods"][method_name(kind, head, "ce+del")], case["methods"][
-                    method_name(kind, head, "ce")]
+                yield (
+                    case,
+                    case["methods"][method_name(kind, head, "ce+del")],
+                    case["methods"][method_name(kind, head, "ce")],
+                )
 
 
 def evaluate_targets(results: dict) -> dict:
@@ -512,29 +571,37 @@ def evaluate_targets(results: dict) -> dict:
             out[f"{key}_time_ratio_user_max"] = max((m["time_ratio_user"] for m in sel), default=None)
     trainable = [(c, m, ce) for c, m, ce in rows if m["head"] == "trainable"]
     api = [c["methods"][method_name("plain", "frozen", "ce+del (logits API)")] for c in results["cases"]]
-    speedups = [c["term_only"]["naive_over_ours_cpu"] for c in results["cases"]
-                if "naive_over_ours_cpu" in c.get("term_only", {})]
-    out.update({
-        "memory_le_1.02_every_case": bool(dels) and all(m["memory_ratio"] <= 1.02 for m in dels),
-        "time_le_1.05_every_case_cpu": bool(dels) and all(m["time_ratio_cpu"] <= 1.05 for m in dels),
-        "time_le_1.05_every_case_user": bool(dels) and all(m["time_ratio_user"] <= 1.05 for m in dels),
-        "time_le_1.05_every_case_wall": bool(dels) and all(m["time_ratio_wall"] <= 1.05 for m in dels),
-        # a trainable head: CE + DEL makes as many [V, H]-sized allocations as CE (its one weight gradient)
-        "no_extra_head_sized_allocation": None if any(m["head_sized_allocations"] is None for _, m, _ in trainable)
-        else bool(trainable) and all(
-            m["head_sized_allocations"] == ce["head_sized_allocations"] for _, m, ce in trainable),
-        "trainable_head_extra_peak_over_head_bytes_max": max(
-            (m["extra_peak_bytes"] / c["head_bytes"] for c, m, _ in trainable), default=None),
-        # DEL's own CPU time (timed alone, many rounds) over the CE step's: what it adds, below the steps' noise
-        "del_alone_over_ce_cpu_max": max(
-            (c["term_only"]["del"]["median_cpu_s"] / ce["median_cpu_s"] for c, _, ce in rows if "term_only" in c),
-            default=None),
-        "logits_api_memory_ratio_max": max((m["memory_ratio"] for m in api), default=None),
-        "logits_api_time_ratio_cpu_max": max((m["time_ratio_cpu"] for m in api), default=None),
-        "naive_term_over_ours_min_cpu": min(speedups, default=None),
-        "ten_times_faster_than_naive_cpu": bool(speedups) and min(speedups) >= 10,
-        "every_shape_measured": not results["skipped"],
-    })
+    speedups = [
+        c["term_only"]["naive_over_ours_cpu"]
+        for c in results["cases"]
+        if "naive_over_ours_cpu" in c.get("term_only", {})
+    ]
+    out.update(
+        {
+            "memory_le_1.02_every_case": bool(dels) and all(m["memory_ratio"] <= 1.02 for m in dels),
+            "time_le_1.05_every_case_cpu": bool(dels) and all(m["time_ratio_cpu"] <= 1.05 for m in dels),
+            "time_le_1.05_every_case_user": bool(dels) and all(m["time_ratio_user"] <= 1.05 for m in dels),
+            "time_le_1.05_every_case_wall": bool(dels) and all(m["time_ratio_wall"] <= 1.05 for m in dels),
+            # a trainable head: CE + DEL makes as many [V, H]-sized allocations as CE (its one weight gradient)
+            "no_extra_head_sized_allocation": None
+            if any(m["head_sized_allocations"] is None for _, m, _ in trainable)
+            else bool(trainable)
+            and all(m["head_sized_allocations"] == ce["head_sized_allocations"] for _, m, ce in trainable),
+            "trainable_head_extra_peak_over_head_bytes_max": max(
+                (m["extra_peak_bytes"] / c["head_bytes"] for c, m, _ in trainable), default=None
+            ),
+            # DEL's own CPU time (timed alone, many rounds) over the CE step's: what it adds, below the steps' noise
+            "del_alone_over_ce_cpu_max": max(
+                (c["term_only"]["del"]["median_cpu_s"] / ce["median_cpu_s"] for c, _, ce in rows if "term_only" in c),
+                default=None,
+            ),
+            "logits_api_memory_ratio_max": max((m["memory_ratio"] for m in api), default=None),
+            "logits_api_time_ratio_cpu_max": max((m["time_ratio_cpu"] for m in api), default=None),
+            "naive_term_over_ours_min_cpu": min(speedups, default=None),
+            "ten_times_faster_than_naive_cpu": bool(speedups) and min(speedups) >= 10,
+            "every_shape_measured": not results["skipped"],
+        }
+    )
     return out
 
 
@@ -549,8 +616,18 @@ def run_isolated(args, argv: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for tokens, vocab_size in args.shapes:
             out = Path(tmp) / f"{tokens}x{vocab_size}.json"
-            cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--worker", "--shapes",
-                   f"{tokens}x{vocab_size}", "--all-shapes", *[f"{t}x{v}" for t, v in args.shapes], "--out", str(out)]
+            cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                *argv,
+                "--worker",
+                "--shapes",
+                f"{tokens}x{vocab_size}",
+                "--all-shapes",
+                *[f"{t}x{v}" for t, v in args.shapes],
+                "--out",
+                str(out),
+            ]
             proc = subprocess.run(cmd, env=env)
             if proc.returncode != 0:
                 raise RuntimeError(f"the loss bench for {tokens}x{vocab_size} failed (exit {proc.returncode})")
@@ -558,9 +635,12 @@ def run_isolated(args, argv: list[str]) -> dict:
             if merged is None:
                 worker_machine = part["machine"]
                 merged = part
-                merged["machine"] = {**benchlib.machine_info(), "device": worker_machine["device"],
-                                     "torch_threads": worker_machine["torch_threads"],
-                                     "malloc_env": STEADY_STATE_MALLOC}
+                merged["machine"] = {
+                    **benchlib.machine_info(),
+                    "device": worker_machine["device"],
+                    "torch_threads": worker_machine["torch_threads"],
+                    "malloc_env": STEADY_STATE_MALLOC,
+                }
             else:
                 merged["cases"] += part["cases"]
                 merged["skipped"] += part["skipped"]
@@ -582,31 +662,71 @@ def tables(results: dict) -> str:
     rows = []
     for case, m, ce in del_rows(results):
         alone = case.get("term_only", {}).get("del")
-        rows.append([
-            f"{case['tokens']:,} x {case['vocab_size']:,}", m["ce"], m["head"],
-            f"{ce['median_cpu_s'] * 1e3:,.0f}", f"{m['median_cpu_s'] * 1e3:,.0f}",
-            f"**{m['time_ratio_cpu']:.3f}**", f"{m['time_ratio_user']:.3f}", f"{m['time_ratio_wall']:.3f}",
-            "" if alone is None else f"+{alone['median_cpu_s'] / ce['median_cpu_s']:.2%}",
-            f"{ce['peak_bytes'] / mib:,.1f}", f"{m['peak_bytes'] / mib:,.1f}", f"**{m['memory_ratio']:.4f}**",
-            f"{ce['head_sized_allocations']} / {m['head_sized_allocations']}",
-        ])
+        rows.append(
+            [
+                f"{case['tokens']:,} x {case['vocab_size']:,}",
+                m["ce"],
+                m["head"],
+                f"{ce['median_cpu_s'] * 1e3:,.0f}",
+                f"{m['median_cpu_s'] * 1e3:,.0f}",
+                f"**{m['time_ratio_cpu']:.3f}**",
+                f"{m['time_ratio_user']:.3f}",
+                f"{m['time_ratio_wall']:.3f}",
+                "" if alone is None else f"+{alone['median_cpu_s'] / ce['median_cpu_s']:.2%}",
+                f"{ce['peak_bytes'] / mib:,.1f}",
+                f"{m['peak_bytes'] / mib:,.1f}",
+                f"**{m['memory_ratio']:.4f}**",
+                f"{ce['head_sized_allocations']} / {m['head_sized_allocations']}",
+            ]
+        )
     main = benchlib.markdown_table(
-        ["tokens x V", "CE", "head", "CE CPU ms", "CE+DEL CPU ms", "time / CE (CPU)", "(user CPU)", "(wall)",
-         "DEL alone / CE (CPU)", "CE peak MiB", "CE+DEL peak MiB", "memory / CE", "[V, H] allocations CE / CE+DEL"],
-        rows)
+        [
+            "tokens x V",
+            "CE",
+            "head",
+            "CE CPU ms",
+            "CE+DEL CPU ms",
+            "time / CE (CPU)",
+            "(user CPU)",
+            "(wall)",
+            "DEL alone / CE (CPU)",
+            "CE peak MiB",
+            "CE+DEL peak MiB",
+            "memory / CE",
+            "[V, H] allocations CE / CE+DEL",
+        ],
+        rows,
+    )
     comparison_rows = []
     for case in results["cases"]:
-        for name, m in case["methods"].items():
+        for _name, m in case["methods"].items():
             if m["ce"] != "plain" or m["head"] != "frozen" or m["loss"] == "ce":
                 continue
-            comparison_rows.append([
-                f"{case['tokens']:,} x {case['vocab_size']:,}", m["loss"], f"{m['median_cpu_s'] * 1e3:,.0f}",
-                f"{m['time_ratio_cpu']:.3f}", f"{m['time_ratio_user']:.3f}", f"{m['time_ratio_wall']:.3f}",
-                f"{m['peak_bytes'] / mib:,.1f}", f"{m['memory_ratio']:.4f}",
-            ])
+            comparison_rows.append(
+                [
+                    f"{case['tokens']:,} x {case['vocab_size']:,}",
+                    m["loss"],
+                    f"{m['median_cpu_s'] * 1e3:,.0f}",
+                    f"{m['time_ratio_cpu']:.3f}",
+                    f"{m['time_ratio_user']:.3f}",
+                    f"{m['time_ratio_wall']:.3f}",
+                    f"{m['peak_bytes'] / mib:,.1f}",
+                    f"{m['memory_ratio']:.4f}",
+                ]
+            )
     comparison = benchlib.markdown_table(
-        ["tokens x V", "loss (plain CE, frozen head)", "CPU ms", "time / CE (CPU)", "(user CPU)", "(wall)",
-         "peak MiB", "memory / CE"], comparison_rows)
+        [
+            "tokens x V",
+            "loss (plain CE, frozen head)",
+            "CPU ms",
+            "time / CE (CPU)",
+            "(user CPU)",
+            "(wall)",
+            "peak MiB",
+            "memory / CE",
+        ],
+        comparison_rows,
+    )
     term_rows = []
     for case in results["cases"]:
         t = case.get("term_only")
@@ -615,40 +735,75 @@ def tables(results: dict) -> str:
         for name, m in t.items():
             if not isinstance(m, dict):
                 continue
-            term_rows.append([f"{case['tokens']:,} x {case['vocab_size']:,}", name, f"{m['median_cpu_s'] * 1e3:,.1f}",
-                              f"{m['median_wall_s'] * 1e3:,.1f}", f"{m['peak_bytes'] / mib:,.1f}"])
+            term_rows.append(
+                [
+                    f"{case['tokens']:,} x {case['vocab_size']:,}",
+                    name,
+                    f"{m['median_cpu_s'] * 1e3:,.1f}",
+                    f"{m['median_wall_s'] * 1e3:,.1f}",
+                    f"{m['peak_bytes'] / mib:,.1f}",
+                ]
+            )
         if "naive_over_ours_cpu" in t:
-            term_rows.append([f"{case['tokens']:,} x {case['vocab_size']:,}", "naive / del",
-                              f"**{t['naive_over_ours_cpu']:.0f}x**", f"{t['naive_over_ours_wall']:.0f}x", ""])
+            term_rows.append(
+                [
+                    f"{case['tokens']:,} x {case['vocab_size']:,}",
+                    "naive / del",
+                    f"**{t['naive_over_ours_cpu']:.0f}x**",
+                    f"{t['naive_over_ours_wall']:.0f}x",
+                    "",
+                ]
+            )
     term = benchlib.markdown_table(["tokens x V", "term", "CPU ms", "wall ms", "peak MiB"], term_rows)
-    skipped = "".join(
-        f"\n- {s['tokens']:,} x {s['vocab_size']:,}: not run, {s['reason']}" for s in results["skipped"])
-    return (f"{main}\n\nCompared, at the plain CE with the frozen head (terms read from the logits):\n\n"
-            f"{comparison}\n\nThe digit term alone (forward + backward, no CE, frozen head):\n\n{term}\n{skipped}\n")
+    skipped = "".join(f"\n- {s['tokens']:,} x {s['vocab_size']:,}: not run, {s['reason']}" for s in results["skipped"])
+    return (
+        f"{main}\n\nCompared, at the plain CE with the frozen head (terms read from the logits):\n\n"
+        f"{comparison}\n\nThe digit term alone (forward + backward, no CE, frozen head):\n\n{term}\n{skipped}\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", nargs="+", type=parse_shape, default=[parse_shape(s) for s in DEFAULT_SHAPES],
-                        help=f"TOKENSxVOCAB, tokens a multiple of {SEQ_LEN} (default: {' '.join(DEFAULT_SHAPES)})")
+    parser.add_argument(
+        "--shapes",
+        nargs="+",
+        type=parse_shape,
+        default=[parse_shape(s) for s in DEFAULT_SHAPES],
+        help=f"TOKENSxVOCAB, tokens a multiple of {SEQ_LEN} (default: {' '.join(DEFAULT_SHAPES)})",
+    )
     parser.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, help="hidden size H (default %(default)s)")
-    parser.add_argument("--fraction", type=float, default=DEFAULT_FRACTION,
-                        help="share of digit targets (default %(default)s; DEL's cost does not depend on it)")
+    parser.add_argument(
+        "--fraction",
+        type=float,
+        default=DEFAULT_FRACTION,
+        help="share of digit targets (default %(default)s; DEL's cost does not depend on it)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds at the smallest shape")
     parser.add_argument("--rounds-large", type=int, default=3, help="timed rounds at the other shapes")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default=None,
-                        help="hidden states and head dtype (default: bfloat16 on CUDA, float32 on CPU)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU intra-op threads (default 1: on a shared machine, a second thread makes every "
-                             "small op wait for a time slice; 0 = torch's default)")
+    parser.add_argument(
+        "--dtype", default=None, help="hidden states and head dtype (default: bfloat16 on CUDA, float32 on CPU)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU intra-op threads (default 1: on a shared machine, a second thread makes every "
+        "small op wait for a time slice; 0 = torch's default)",
+    )
     parser.add_argument("--tokenizer", default=None, help="one tokenizer for every shape (default: by vocabulary)")
-    parser.add_argument("--extras-all-shapes", action="store_true",
-                        help="the naive comparison and the other criteria's term-only rows at every shape "
-                             "(default: the smallest)")
-    parser.add_argument("--max-memory-fraction", type=float, default=0.85,
-                        help="skip a CPU shape whose estimated need exceeds this share of MemAvailable")
+    parser.add_argument(
+        "--extras-all-shapes",
+        action="store_true",
+        help="the naive comparison and the other criteria's term-only rows at every shape (default: the smallest)",
+    )
+    parser.add_argument(
+        "--max-memory-fraction",
+        type=float,
+        default=0.85,
+        help="skip a CPU shape whose estimated need exceeds this share of MemAvailable",
+    )
     parser.add_argument("--in-process", action="store_true", help="all shapes in this process, default malloc")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--out", type=Path, default=benchlib.RESULTS_DIR / "loss_step.json")

@@ -32,9 +32,8 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent / "tests"))
 
-import torch  # noqa: E402
-
 import collation  # noqa: E402
+import torch  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,31 +44,35 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
-    from places_oracle import oracle_next_token_places
 
     from del_plugin.assets import gsm8k_rows, load_tokenizer
     from del_plugin.core import DigitVocab, next_token_places, shift_to_next_token
-    from del_plugin.core.places import NOT_A_DIGIT
-    from del_plugin.core.places import _places_torch
+    from del_plugin.core.places import NOT_A_DIGIT, _places_torch
+
+    from places_oracle import oracle_next_token_places
 
     torch.set_num_threads(1)
     tokenizer = load_tokenizer("llama-spm")
     vocab = DigitVocab.from_tokenizer(tokenizer, name="llama-spm")
     features = collation.tokenize(gsm8k_rows(args.samples), tokenizer, 2048)
-    padded = [[{k: v for k, v in f.items() if k != "position_ids"} for f in features[i:i + 8]]
-              for i in range(0, len(features), 8)]
+    padded = [
+        [{k: v for k, v in f.items() if k != "position_ids"} for f in features[i : i + 8]]
+        for i in range(0, len(features), 8)
+    ]
     packs = collation.pack(features, 2048)
-    packed = [packs[i:i + 2] for i in range(0, len(packs), 2)]
+    packed = [packs[i : i + 2] for i in range(0, len(packs), 2)]
     hosts = {
-        "padded": (DataCollatorForSeq2Seq(tokenizer, padding=True, pad_to_multiple_of=64, return_tensors="pt"),
-                   padded),
-        "packed": (V2BatchSamplerDataCollatorForSeq2Seq(tokenizer, padding=True, pad_to_multiple_of=2048,
-                                                        return_tensors="pt"), packed),
+        "padded": (DataCollatorForSeq2Seq(tokenizer, padding=True, pad_to_multiple_of=64, return_tensors="pt"), padded),
+        "packed": (
+            V2BatchSamplerDataCollatorForSeq2Seq(tokenizer, padding=True, pad_to_multiple_of=2048, return_tensors="pt"),
+            packed,
+        ),
     }
     paths = {
         "torch, previous": lambda b: oracle_next_token_places(b["labels"], vocab, b.get("position_ids")),
         "torch, one pass": lambda b: shift_to_next_token(
-            _places_torch(b["labels"], vocab, b.get("position_ids")), NOT_A_DIGIT),
+            _places_torch(b["labels"], vocab, b.get("position_ids")), NOT_A_DIGIT
+        ),
         "numpy": lambda b: next_token_places(b["labels"], vocab, b.get("position_ids")),
     }
     names = list(paths)
@@ -95,8 +98,10 @@ def main(argv: list[str] | None = None) -> None:
                     paths[name](out)
                     warm[name].append(time.process_time() - t2)
         host_ms = statistics.median(host_times) * 1e3
-        print(f"\n{host_name}: {len(batches)} batches x {args.passes} passes, e.g. {tuple(out['labels'].shape)}; "
-              f"host collator {host_ms:.2f} ms/batch (median)")
+        print(
+            f"\n{host_name}: {len(batches)} batches x {args.passes} passes, e.g. {tuple(out['labels'].shape)}; "
+            f"host collator {host_ms:.2f} ms/batch (median)"
+        )
         for name in names:
             ms = statistics.median(cold[name]) * 1e3
             line = f"  {name:16s} {ms:6.3f} ms/batch = {ms / host_ms:6.1%} of the host collator"

@@ -44,8 +44,12 @@ def uptime() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", choices=["loss_step", "collation", "train_step"],
-                        default=["loss_step", "collation", "train_step"])
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=["loss_step", "collation", "train_step"],
+        default=["loss_step", "collation", "train_step"],
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: small shapes, few rounds")
     parser.add_argument("--out-dir", type=Path, default=benchlib.RESULTS_DIR)
     args = parser.parse_args(argv)
@@ -70,16 +74,20 @@ def main(argv: list[str] | None = None) -> int:
     load_after = uptime()
     total = time.perf_counter() - started
 
-    parts = [f"# Benchmark results\n\nBefore: `{load_before}`  \nAfter: `{load_after}`  \n"
-             f"Total {total / 60:.1f} min ({', '.join(f'{k} {v:.0f} s' for k, v in durations.items())})\n"]
+    parts = [
+        f"# Benchmark results\n\nBefore: `{load_before}`  \nAfter: `{load_after}`  \n"
+        f"Total {total / 60:.1f} min ({', '.join(f'{k} {v:.0f} s' for k, v in durations.items())})\n"
+    ]
     for name in args.only:
         out = args.out_dir / f"{name}.json"
         if not out.exists():
             continue
         results = json.loads(out.read_text())
-        parts.append(f"## {name}\n\n{benchlib.machine_line(results['machine'])}  \n"
-                     f"Command: `{results['machine']['command']}`\n\n{out.with_suffix('.md').read_text()}\n"
-                     f"Targets: `{json.dumps(results.get('targets'))}`\n")
+        parts.append(
+            f"## {name}\n\n{benchlib.machine_line(results['machine'])}  \n"
+            f"Command: `{results['machine']['command']}`\n\n{out.with_suffix('.md').read_text()}\n"
+            f"Targets: `{json.dumps(results.get('targets'))}`\n"
+        )
     summary = args.out_dir / "summary.md"
     summary.write_text("\n".join(parts), encoding="utf-8")
     print(f"\nbench: {load_after}\nbench: {total / 60:.1f} min; summary in {summary}")

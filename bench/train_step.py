@@ -12,7 +12,6 @@ are dropped. Ratio = median over rounds of (steps/s on) / (steps/s off).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -25,16 +24,24 @@ os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import benchlib  # noqa: E402
-
 from del_plugin.assets import gsm8k_rows  # noqa: E402
 from del_plugin.cpu import alpaca_lora_config, write_alpaca_jsonl  # noqa: E402
 
+import benchlib  # noqa: E402
+
+
 def base_config(work: Path, model_dir: Path, dataset: Path, args) -> dict:
     return alpaca_lora_config(
-        model_dir, dataset, work,
-        sequence_len=args.sequence_len, sample_packing=False, micro_batch_size=args.micro_batch_size,
-        gradient_accumulation_steps=1, max_steps=args.steps_per_call, learning_rate=1e-4, logging_steps=4,
+        model_dir,
+        dataset,
+        work,
+        sequence_len=args.sequence_len,
+        sample_packing=False,
+        micro_batch_size=args.micro_batch_size,
+        gradient_accumulation_steps=1,
+        max_steps=args.steps_per_call,
+        learning_rate=1e-4,
+        logging_steps=4,
     )
 
 
@@ -71,7 +78,7 @@ class StepTimer:
 
     def intervals(self, drop: int) -> tuple[list[float], list[float]]:
         """Wall and CPU seconds of the steps after the first ``drop`` (the first step has no start mark)."""
-        pairs = list(zip(self.ends, self.ends[1:]))[max(drop - 1, 0):]
+        pairs = list(zip(self.ends, self.ends[1:]))[max(drop - 1, 0) :]
         return [b[0] - a[0] for a, b in pairs], [b[1] - a[1] for a, b in pairs]
 
 
@@ -83,18 +90,24 @@ def run(args) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     model_dir = tiny_model_dir("llama-spm", hidden_size=args.hidden_size, layers=args.layers)
-    results = {"machine": {**benchlib.machine_info(), "torch_threads": torch.get_num_threads()},
-               "model": f"random Llama, llama-spm tokenizer (V=32,000), hidden {args.hidden_size}, {args.layers} layers",
-               "micro_batch_size": args.micro_batch_size, "sequence_len": args.sequence_len,
-               "steps_per_call": args.steps_per_call, "dropped_per_call": args.warmup_steps, "rounds": args.rounds}
+    results = {
+        "machine": {**benchlib.machine_info(), "torch_threads": torch.get_num_threads()},
+        "model": f"random Llama, llama-spm tokenizer (V=32,000), hidden {args.hidden_size}, {args.layers} layers",
+        "micro_batch_size": args.micro_batch_size,
+        "sequence_len": args.sequence_len,
+        "steps_per_call": args.steps_per_call,
+        "dropped_per_call": args.warmup_steps,
+        "rounds": args.rounds,
+    }
     with tempfile.TemporaryDirectory(prefix="del_bench_train_") as tmp:
         work = Path(tmp)
         dataset = write_alpaca_jsonl(work / "gsm8k_alpaca.jsonl", gsm8k_rows(args.samples))
         cfg = base_config(work, model_dir, dataset, args)
         trainers = {
             "off": build_trainer({**cfg, "output_dir": str(work / "out_off")}),
-            "on": build_trainer({**cfg, "output_dir": str(work / "out_on"), "plugins": ["del_plugin.DELPlugin"],
-                                 "del_alpha": 0.3}),
+            "on": build_trainer(
+                {**cfg, "output_dir": str(work / "out_on"), "plugins": ["del_plugin.DELPlugin"], "del_alpha": 0.3}
+            ),
         }
         if type(trainers["on"]).__name__ != "DELTrainer" or type(trainers["off"]).__name__ == "DELTrainer":
             raise RuntimeError(f"unexpected trainers: {[type(t).__name__ for t in trainers.values()]}")
@@ -105,18 +118,20 @@ def run(args) -> dict:
         per_round: list[dict] = []
         from tqdm import tqdm
 
-        bar = tqdm(total=args.rounds * len(arms), desc="train step", unit="run", file=sys.stdout,
-                   disable=args.quiet)
+        bar = tqdm(total=args.rounds * len(arms), desc="train step", unit="run", file=sys.stdout, disable=args.quiet)
         for r in range(args.rounds):
-            order = arms[r % len(arms):] + arms[:r % len(arms)]
+            order = arms[r % len(arms) :] + arms[: r % len(arms)]
             entry = {}
             for name in order:
                 timer.reset()
                 trainers[name].train()
                 kept_wall, kept_cpu = timer.intervals(args.warmup_steps)
-                entry[name] = {"median_step_s_wall": statistics.median(kept_wall),
-                               "median_step_s_cpu": statistics.median(kept_cpu),
-                               "steps_timed": len(kept_wall), "step_s_wall": kept_wall}
+                entry[name] = {
+                    "median_step_s_wall": statistics.median(kept_wall),
+                    "median_step_s_cpu": statistics.median(kept_cpu),
+                    "steps_timed": len(kept_wall),
+                    "step_s_wall": kept_wall,
+                }
                 bar.update(1)
             per_round.append(entry)
         bar.close()
@@ -127,17 +142,21 @@ def run(args) -> dict:
     for name in arms:
         steps_cpu = [s for e in per_round for s in [e[name]["median_step_s_cpu"]]]
         steps_wall = [s for e in per_round for s in [e[name]["median_step_s_wall"]]]
-        summary[name] = {"steps_per_s_cpu": 1 / statistics.median(steps_cpu),
-                         "steps_per_s_wall": 1 / statistics.median(steps_wall)}
-    results.update({
-        "rounds_detail": per_round,
-        "summary": summary,
-        "on_over_off_steps_per_s_cpu": statistics.median(ratio_cpu),
-        "on_over_off_steps_per_s_wall": statistics.median(ratio_wall),
-        "per_round_ratio_cpu": ratio_cpu,
-        "arms": arms,
-        "del_logged": logs[-1] if logs else None,
-    })
+        summary[name] = {
+            "steps_per_s_cpu": 1 / statistics.median(steps_cpu),
+            "steps_per_s_wall": 1 / statistics.median(steps_wall),
+        }
+    results.update(
+        {
+            "rounds_detail": per_round,
+            "summary": summary,
+            "on_over_off_steps_per_s_cpu": statistics.median(ratio_cpu),
+            "on_over_off_steps_per_s_wall": statistics.median(ratio_wall),
+            "per_round_ratio_cpu": ratio_cpu,
+            "arms": arms,
+            "del_logged": logs[-1] if logs else None,
+        }
+    )
     results["targets"] = {"steps_per_s_ratio_ge_0.97": results["on_over_off_steps_per_s_cpu"] >= 0.97}
     return results
 
@@ -149,12 +168,14 @@ def tables(results: dict) -> str:
         ratio = "1" if name == "off" else f"**{results['on_over_off_steps_per_s_cpu']:.3f}**"
         rows.append([name, f"{s[name]['steps_per_s_cpu']:.3f}", f"{s[name]['steps_per_s_wall']:.3f}", ratio])
     table = benchlib.markdown_table(["DEL", "steps/s (CPU time)", "steps/s (wall)", "steps/s / off (CPU)"], rows)
-    return (f"{table}\n\non / off steps per second: **{results['on_over_off_steps_per_s_cpu']:.3f}** (CPU time), "
-            f"{results['on_over_off_steps_per_s_wall']:.3f} (wall); per round (CPU): "
-            f"{', '.join(f'{r:.3f}' for r in results['per_round_ratio_cpu'])}\n\n{results['model']}, LoRA r=8 on all "
-            f"linear layers, micro-batch {results['micro_batch_size']} GSM8K samples (padded), "
-            f"{results['rounds']} rounds x {results['steps_per_call']} steps per arm "
-            f"(first {results['dropped_per_call']} of each call dropped).\n")
+    return (
+        f"{table}\n\non / off steps per second: **{results['on_over_off_steps_per_s_cpu']:.3f}** (CPU time), "
+        f"{results['on_over_off_steps_per_s_wall']:.3f} (wall); per round (CPU): "
+        f"{', '.join(f'{r:.3f}' for r in results['per_round_ratio_cpu'])}\n\n{results['model']}, LoRA r=8 on all "
+        f"linear layers, micro-batch {results['micro_batch_size']} GSM8K samples (padded), "
+        f"{results['rounds']} rounds x {results['steps_per_call']} steps per arm "
+        f"(first {results['dropped_per_call']} of each call dropped).\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -71,29 +71,44 @@ def _criterion(data: dict) -> str | None:
     return criterion if criterion in CRITERIA else None
 
 
+def _field(kind: Any, default: Any, description: str) -> tuple:
+    """A config field: its type, default and description (numbers must be finite)."""
+    extra = {"allow_inf_nan": False} if kind is float else {}
+    return kind, Field(default=default, json_schema_extra={"description": description}, **extra)
+
+
 def _field_definitions() -> dict[str, Any]:
     weighting = PlaceWeighting()
-    number = dict(allow_inf_nan=False)
     fields: dict[str, Any] = {
-        "del_alpha": (float, Field(default=DEFAULT_ALPHA, **number, json_schema_extra={"description": (
+        "del_alpha": _field(
+            float,
+            DEFAULT_ALPHA,
             "Weight of the digit term: L = CE + del_alpha * L_num, L_num the mean over all digit targets of an "
-            "optimizer step (all micro-batches and GPUs), in [0, 100]; 0 trains with cross-entropy alone and still "
-            "logs the digit metrics. For mixce / emo: the interpolation (1 - del_alpha) * CE + del_alpha * "
-            "criterion, in [0, 1], required. To reproduce the reference scripts, see the README's conversion.")})),
-        "del_criterion": (Literal[tuple(CRITERIA)], Field(default=DELSettings.criterion, json_schema_extra={
-            "description": f"Training criterion, one of {', '.join(CRITERIA)} (docs/criteria.md)."})),
-        "del_place_weighting": (bool, Field(default=weighting.enabled, json_schema_extra={"description": (
+            "optimizer step (all micro-batches and GPUs), in [0, 100]; 0 trains with cross-entropy alone and "
+            "still logs the digit metrics. For mixce / emo: the interpolation (1 - del_alpha) * CE + del_alpha * "
+            "criterion, in [0, 1], required. To reproduce the reference scripts, see the README's conversion.",
+        ),
+        "del_criterion": _field(
+            Literal[tuple(CRITERIA)],
+            DELSettings.criterion,
+            f"Training criterion, one of {', '.join(CRITERIA)} (docs/criteria.md).",
+        ),
+        "del_place_weighting": _field(
+            bool,
+            weighting.enabled,
             "Weight each digit by its place in the number (u = slope*(i+1) for integer place i, base**(i-1) for "
-            "decimal places). false: every digit weighs 1.")})),
-        "del_integer_slope": (float, Field(default=weighting.integer_slope, **number, json_schema_extra={
-            "description": "Slope of the integer-place weight u = slope*(i+1), in (0, 100] (paper: 2)."})),
-        "del_decimal_base": (float, Field(default=weighting.decimal_base, **number, json_schema_extra={
-            "description": "Base of the decimal-place weight u = base**(i-1), in [1, 10] (paper: 1.02)."})),
+            "decimal places). false: every digit weighs 1.",
+        ),
+        "del_integer_slope": _field(
+            float, weighting.integer_slope, "Slope of the integer-place weight u = slope*(i+1), in (0, 100] (paper: 2)."
+        ),
+        "del_decimal_base": _field(
+            float, weighting.decimal_base, "Base of the decimal-place weight u = base**(i-1), in [1, 10] (paper: 1.02)."
+        ),
     }
     for spec in CRITERIA.values():
         for param in spec.params:
-            fields[param.key] = (float, Field(default=param.default, **number, json_schema_extra={
-                "description": f"{param.doc}; del_criterion: {spec.name} only."}))
+            fields[param.key] = _field(float, param.default, f"{param.doc}; del_criterion: {spec.name} only.")
     return fields
 
 
@@ -124,8 +139,10 @@ class _DELValidators(BaseModel):
             for key in unknown:
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hints.append(f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
-            _refuse(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; the DEL keys are "
-                    f"{', '.join(sorted(known))}")
+            _refuse(
+                f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; the DEL keys are "
+                f"{', '.join(sorted(known))}"
+            )
         return data
 
     @model_validator(mode="before")
@@ -142,8 +159,12 @@ class _DELValidators(BaseModel):
         for spec in CRITERIA.values():
             for param in spec.params:
                 if data.get(param.key) is not None and spec.name != criterion:
-                    LOG.warning("del_plugin: `%s` only applies to `del_criterion: %s`; it is not used with `%s`",
-                                param.key, spec.name, criterion)
+                    LOG.warning(
+                        "del_plugin: `%s` only applies to `del_criterion: %s`; it is not used with `%s`",
+                        param.key,
+                        spec.name,
+                        criterion,
+                    )
         if CRITERIA[criterion].kind == "none" and data.get("del_alpha") not in (None, 0, 0.0):
             LOG.warning("del_plugin: `del_criterion: mle` trains with cross-entropy alone; `del_alpha` is not used")
         return data
@@ -158,18 +179,22 @@ class _DELValidators(BaseModel):
         if criterion is None or CRITERIA[criterion].kind != "token":
             return data
         if data.get("label_smoothing_factor"):
-            _refuse(f"`label_smoothing_factor` and `del_criterion: {criterion}` both replace the cross-entropy; "
-                    "remove one")
+            _refuse(
+                f"`label_smoothing_factor` and `del_criterion: {criterion}` both replace the cross-entropy; remove one"
+            )
         for key in ("use_dft", "use_eaft"):
             if data.get(key):
                 _refuse(f"`{key}: true` installs its own loss function, as `del_criterion: {criterion}` does; use one")
-        kernels = fused_cross_entropy(data) + [k for k in ("liger_cross_entropy", "chunked_cross_entropy")
-                                               if data.get(k)]
+        kernels = fused_cross_entropy(data) + [
+            k for k in ("liger_cross_entropy", "chunked_cross_entropy") if data.get(k)
+        ]
         if kernels:
-            _refuse(f"`del_criterion: {criterion}` replaces the cross-entropy with a loss on the full softmax over "
-                    f"the vocabulary, so {', '.join(f'`{k}`' for k in kernels)} would not run (and a fused kernel's "
-                    "memory saving would be lost); use a digit criterion (del, del_dist, ntl_was, ntl_mse, dist2, "
-                    "mle) with it, or remove it")
+            _refuse(
+                f"`del_criterion: {criterion}` replaces the cross-entropy with a loss on the full softmax over "
+                f"the vocabulary, so {', '.join(f'`{k}`' for k in kernels)} would not run (and a fused kernel's "
+                "memory saving would be lost); use a digit criterion (del, del_dist, ntl_was, ntl_mse, dist2, "
+                "mle) with it, or remove it"
+            )
         return data
 
     @model_validator(mode="before")
@@ -180,10 +205,12 @@ class _DELValidators(BaseModel):
             return data
         fused = fused_cross_entropy(data)
         if fused and lora_targets_head(data.get("lora_target_modules")):
-            _refuse(f"a LoRA adapter on lm_head (`lora_target_modules`) with {' and '.join(f'`{k}`' for k in fused)}: "
-                    "the fused kernel reads lm_head.weight, the base weight without the adapter, so the "
-                    "cross-entropy would train without it while DEL and evaluation see it; train the head with "
-                    "`lora_modules_to_save: [lm_head]` instead, or use plain cross-entropy")
+            _refuse(
+                f"a LoRA adapter on lm_head (`lora_target_modules`) with {' and '.join(f'`{k}`' for k in fused)}: "
+                "the fused kernel reads lm_head.weight, the base weight without the adapter, so the "
+                "cross-entropy would train without it while DEL and evaluation see it; train the head with "
+                "`lora_modules_to_save: [lm_head]` instead, or use plain cross-entropy"
+            )
         return data
 
     @model_validator(mode="before")
@@ -191,8 +218,10 @@ class _DELValidators(BaseModel):
     def refuse_deepspeed_zero3(cls, data: Any) -> Any:
         """ZeRO-3 partitions the head weight, whose digit rows DEL reads inside the forward."""
         if isinstance(data, dict) and plugin_enabled(data) and zero_stage(data.get("deepspeed")) == 3:
-            _refuse("DeepSpeed ZeRO-3 partitions the LM head weight, and DEL reads ten of its rows in the forward "
-                    "pass; use ZeRO-2 (`deepspeed: deepspeed_configs/zero2.json`) or FSDP")
+            _refuse(
+                "DeepSpeed ZeRO-3 partitions the LM head weight, and DEL reads ten of its rows in the forward "
+                "pass; use ZeRO-2 (`deepspeed: deepspeed_configs/zero2.json`) or FSDP"
+            )
         return data
 
     @model_validator(mode="before")
@@ -223,8 +252,11 @@ class _DELValidators(BaseModel):
         if source:
             from .source_checks import check_model_source
 
-            check_model_source(str(source), trust_remote_code=bool(getattr(self, "trust_remote_code", False)),
-                               revision=getattr(self, "revision_of_model", None))
+            check_model_source(
+                str(source),
+                trust_remote_code=bool(getattr(self, "trust_remote_code", False)),
+                revision=getattr(self, "revision_of_model", None),
+            )
         return self
 
     @model_validator(mode="after")
@@ -236,11 +268,13 @@ class _DELValidators(BaseModel):
         if source:
             from .source_checks import check_tokenizer_source
 
-            check_tokenizer_source(str(source), use_fast=getattr(self, "tokenizer_use_fast", None),
-                                   trust_remote_code=bool(getattr(self, "trust_remote_code", False)),
-                                   revision=getattr(self, "revision_of_model", None))
+            check_tokenizer_source(
+                str(source),
+                use_fast=getattr(self, "tokenizer_use_fast", None),
+                trust_remote_code=bool(getattr(self, "trust_remote_code", False)),
+                revision=getattr(self, "revision_of_model", None),
+            )
         return self
 
 
-DELArgs = create_model("DELArgs", __base__=_DELValidators, __doc__="Input args for the Digit Entropy Loss.",
-                       **_FIELDS)
+DELArgs = create_model("DELArgs", __base__=_DELValidators, __doc__="Input args for the Digit Entropy Loss.", **_FIELDS)

@@ -29,8 +29,8 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 LOG = logging.getLogger(__name__)
 
@@ -165,8 +165,13 @@ def tokenizer_dir(name: str) -> Path:
             with tempfile.TemporaryDirectory() as src:
                 shutil.copy(_mistral_sentencepiece_model(), Path(src) / "tokenizer.model")
                 special = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-                config = {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
-                          "legacy": True, **special}
+                config = {
+                    "tokenizer_class": "LlamaTokenizer",
+                    "add_bos_token": True,
+                    "add_eos_token": False,
+                    "legacy": True,
+                    **special,
+                }
                 (Path(src) / "tokenizer_config.json").write_text(json.dumps(config))
                 tok = AutoTokenizer.from_pretrained(src)
         else:

@@ -7,7 +7,8 @@ logits per position. This module imports no Axolotl: it wraps any callable colla
 from __future__ import annotations
 
 from collections import UserDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .core import DigitVocab, next_token_places
 

@@ -5,6 +5,9 @@ Used by the demo, the tests and the benchmarks, so that every CPU run here is co
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 CPU_KEYS: dict = {
     "bf16": False,  # no bf16/fp16 autocast on this path
     "fp16": False,
@@ -21,11 +24,8 @@ CPU_KEYS: dict = {
 }
 
 
-def write_alpaca_jsonl(path, rows) -> "Path":
+def write_alpaca_jsonl(path, rows) -> Path:
     """GSM8K-style ``{"question", "answer"}`` rows as the alpaca JSONL that :func:`alpaca_lora_config` trains on."""
-    import json
-    from pathlib import Path
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
@@ -37,8 +37,6 @@ def write_alpaca_jsonl(path, rows) -> "Path":
 def alpaca_lora_config(model_dir, dataset, work, **overrides) -> dict:
     """A small LoRA fine-tune of ``model_dir`` on an alpaca JSONL, for CPU runs (tests, benchmarks); outputs go
     under ``work``. Any key can be overridden."""
-    from pathlib import Path
-
     work = Path(work)
     return {
         "base_model": str(model_dir),

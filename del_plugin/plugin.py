@@ -24,7 +24,6 @@ class DELPlugin(BasePlugin):
         from axolotl.loaders.tokenizer import load_tokenizer
 
         from .core import DigitVocab
-
         from .core.vocab import DigitVocabError
 
         try:

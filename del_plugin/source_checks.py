@@ -8,9 +8,8 @@ import functools
 from axolotl.utils.logging import get_logger
 
 from .core import DigitVocab
-
-from .core.vocab import DigitVocabError
 from .core.capture import DigitCaptureError, check_architecture
+from .core.vocab import DigitVocabError
 
 LOG = get_logger(__name__)
 
@@ -24,8 +23,13 @@ def _load_or_postpone(loader, source: str, what: str, trust_remote_code: bool, r
     try:
         return loader.from_pretrained(source, **kwargs)
     except Exception as err:  # noqa: BLE001 - any load failure only postpones the check
-        LOG.warning("del_plugin: could not load the %s of %s to check it now (%s); it is checked again when the "
-                    "trainer is built", what, source, err)
+        LOG.warning(
+            "del_plugin: could not load the %s of %s to check it now (%s); it is checked again when the "
+            "trainer is built",
+            what,
+            source,
+            err,
+        )
         return None
 
 
@@ -45,9 +49,13 @@ def check_tokenizer_source(
         vocab = DigitVocab.from_tokenizer(tokenizer, name=source)
     except DigitVocabError as err:
         raise ValueError(f"del_plugin.DELPlugin: {err}") from err
-    LOG.info("del_plugin: %s has %d digit famil%s%s", source, vocab.num_families,
-             "y" if vocab.num_families == 1 else "ies",
-             "" if vocab.decimal_point_id is not None else " and no '.' token")
+    LOG.info(
+        "del_plugin: %s has %d digit famil%s%s",
+        source,
+        vocab.num_families,
+        "y" if vocab.num_families == 1 else "ies",
+        "" if vocab.decimal_point_id is not None else " and no '.' token",
+    )
     return vocab
 
 

@@ -51,9 +51,15 @@ def build_trainer(argv: list[str] | None = None, **training_args) -> DELTrainer:
         args.model = str(tiny_model_dir("llama-spm"))
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     arguments = dict(
-        output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
-        gradient_accumulation_steps=args.grad_accum, learning_rate=1e-3, logging_steps=1, save_strategy="no",
-        report_to=[], use_cpu=True,
+        output_dir=args.output_dir,
+        max_steps=args.max_steps,
+        per_device_train_batch_size=args.batch_size,
+        gradient_accumulation_steps=args.grad_accum,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
     )
     return DELTrainer(
         model=AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32),

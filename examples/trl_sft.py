@@ -27,11 +27,19 @@ from del_plugin.hf.trl import DELSFTTrainer
 
 def gsm8k_dataset(rows: list[dict], conversational: bool = False) -> Dataset:
     if conversational:
-        return Dataset.from_list([{"prompt": [{"role": "user", "content": r["question"]}],
-                                   "completion": [{"role": "assistant", "content": r["answer"]}]} for r in rows])
+        return Dataset.from_list(
+            [
+                {
+                    "prompt": [{"role": "user", "content": r["question"]}],
+                    "completion": [{"role": "assistant", "content": r["answer"]}],
+                }
+                for r in rows
+            ]
+        )
     # the space opens the completion: a prompt ending in a space tokenizes differently alone and before the answer
-    return Dataset.from_list([{"prompt": f"Question: {r['question']}\nAnswer:", "completion": " " + r["answer"]}
-                              for r in rows])
+    return Dataset.from_list(
+        [{"prompt": f"Question: {r['question']}\nAnswer:", "completion": " " + r["answer"]} for r in rows]
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -53,8 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build_trainer(argv: list[str] | None = None, rows: list[dict] | None = None, eval_rows: list[dict] | None = None,
-                  **config) -> DELSFTTrainer:
+def build_trainer(
+    argv: list[str] | None = None, rows: list[dict] | None = None, eval_rows: list[dict] | None = None, **config
+) -> DELSFTTrainer:
     """The trainer of the command line ``argv``; ``rows`` and ``eval_rows`` replace the GSM8K rows, ``config``
     overrides ``SFTConfig`` fields."""
     args = parse_args(argv)
@@ -65,11 +74,22 @@ def build_trainer(argv: list[str] | None = None, rows: list[dict] | None = None,
     train = rows if rows is not None else gsm8k_rows(args.rows)
     held_out = eval_rows if eval_rows is not None else gsm8k_rows(max(args.rows // 4, 2), split="test")
     sft_config = dict(
-        output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
-        per_device_eval_batch_size=args.batch_size, gradient_accumulation_steps=args.grad_accum,
-        learning_rate=1e-3, logging_steps=1, max_length=args.max_length, packing=args.packing,
-        loss_type=args.loss_type, eval_strategy="steps" if args.eval_steps else "no",
-        eval_steps=args.eval_steps or None, save_strategy="no", report_to=[], use_cpu=True, bf16=False,  # CPU: fp32
+        output_dir=args.output_dir,
+        max_steps=args.max_steps,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=args.batch_size,
+        gradient_accumulation_steps=args.grad_accum,
+        learning_rate=1e-3,
+        logging_steps=1,
+        max_length=args.max_length,
+        packing=args.packing,
+        loss_type=args.loss_type,
+        eval_strategy="steps" if args.eval_steps else "no",
+        eval_steps=args.eval_steps or None,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,  # CPU: fp32
     )
     lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     return DELSFTTrainer(

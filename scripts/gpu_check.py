@@ -62,18 +62,34 @@ if str(REPO_ROOT) not in sys.path:
 EXIT_NO_GPU = 2
 RESULT_TAG = "GPU_CHECK_RESULT "
 DEL_KEYS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
-SMOKE_SIZES = {"hidden": 64, "intermediate": 128, "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 512,
-               "seq_len": 512, "micro_batch": 2, "grad_accum": 2, "steps": 2, "warmup": 1, "rows": 400}
+SMOKE_SIZES = {
+    "hidden": 64,
+    "intermediate": 128,
+    "layers": 2,
+    "heads": 4,
+    "kv_heads": 2,
+    "vocab": 512,
+    "seq_len": 512,
+    "micro_batch": 2,
+    "grad_accum": 2,
+    "steps": 2,
+    "warmup": 1,
+    "rows": 400,
+}
 # cross-entropy kernel -> what it adds to the Axolotl config (besides DEL's own keys)
 PAIRS = {
     "plain": {"plugins": [], "cfg": {}},
     "liger": {"plugins": ["axolotl.integrations.liger.LigerPlugin"], "cfg": {"liger_fused_linear_cross_entropy": True}},
-    "cce": {"plugins": ["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"],
-            "cfg": {"cut_cross_entropy": True}},
+    "cce": {
+        "plugins": ["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"],
+        "cfg": {"cut_cross_entropy": True},
+    },
 }
 PAIR_TITLES = {"plain": "plain CE", "liger": "Liger FLCE", "cce": "Cut Cross Entropy"}
-CCE_INSTALL = ('pip install "cut-cross-entropy[transformers] @ '
-               'git+https://github.com/axolotl-ai-cloud/ml-cross-entropy.git@v0.1.1"')
+CCE_INSTALL = (
+    'pip install "cut-cross-entropy[transformers] @ '
+    'git+https://github.com/axolotl-ai-cloud/ml-cross-entropy.git@v0.1.1"'
+)
 
 
 def parse_pairs(text: str) -> list[str]:
@@ -101,16 +117,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vocab", type=int, default=32000, help="vocabulary size, padded (default 32000)")
     parser.add_argument("--rows", type=int, default=2000, help="synthetic training rows (default 2000)")
     parser.add_argument("--del-alpha", type=float, default=1.0)
-    parser.add_argument("--pairs", type=parse_pairs, default=None,
-                        help=f"cross-entropy kernels to run DEL off and on beside, comma-separated (default "
-                             f"{','.join(PAIRS)}; --cpu-smoke: plain)")
+    parser.add_argument(
+        "--pairs",
+        type=parse_pairs,
+        default=None,
+        help=f"cross-entropy kernels to run DEL off and on beside, comma-separated (default "
+        f"{','.join(PAIRS)}; --cpu-smoke: plain)",
+    )
     parser.add_argument("--timeout", type=int, default=150, help="seconds allowed per run (default 150)")
-    parser.add_argument("--budget", type=int, default=None,
-                        help="seconds for all runs (default 450; --cpu-smoke: none): a pair is skipped, with the "
-                             "reason printed, when its two runs would end past it (estimated from the longest run)")
-    parser.add_argument("--cpu-smoke", action="store_true",
-                        help="test this script without a GPU: tiny model, GPU-only features off, plain pair only; "
-                             "no real numbers")
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="seconds for all runs (default 450; --cpu-smoke: none): a pair is skipped, with the "
+        "reason printed, when its two runs would end past it (estimated from the longest run)",
+    )
+    parser.add_argument(
+        "--cpu-smoke",
+        action="store_true",
+        help="test this script without a GPU: tiny model, GPU-only features off, plain pair only; no real numbers",
+    )
     parser.add_argument("--child", choices=("off", "on"), help=argparse.SUPPRESS)
     parser.add_argument("--pair", choices=tuple(PAIRS), default="plain", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -181,10 +207,14 @@ def write_arithmetic_rows(path: Path, rows: int, seed: int = 0) -> None:
         for _ in range(rows):
             a, b = rng.randint(2, 99999), rng.randint(2, 999)
             price = rng.randint(100, 99999) / 100
-            question = (f"A shop sells {b} boxes of {a} screws and one lamp for ${price:.2f}. "
-                        f"How many screws is that, and what is {b} times the lamp's price?")
-            answer = (f"There are {b} * {a} = {a * b} screws.\n"
-                      f"{b} * {price:.2f} = {b * price:.2f}\n#### {a * b} and {b * price:.2f}")
+            question = (
+                f"A shop sells {b} boxes of {a} screws and one lamp for ${price:.2f}. "
+                f"How many screws is that, and what is {b} times the lamp's price?"
+            )
+            answer = (
+                f"There are {b} * {a} = {a * b} screws.\n"
+                f"{b} * {price:.2f} = {b * price:.2f}\n#### {a * b} and {b * price:.2f}"
+            )
             handle.write(json.dumps({"instruction": question, "input": "", "output": answer}) + "\n")
 
 
@@ -288,7 +318,7 @@ def run_child(args: argparse.Namespace) -> None:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
-    timed = timer.times[args.warmup:]
+    timed = timer.times[args.warmup :]
     logs = [h for h in trainer.state.log_history if "loss" in h]
     result = {
         "pair": args.pair,
@@ -319,13 +349,15 @@ def launch(args: argparse.Namespace, workdir: Path, pair: str, variant: str) -> 
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        return {"error": f"{what} took longer than {args.timeout} s (--timeout)",
-                "wall_s": time.perf_counter() - started}
+        return {
+            "error": f"{what} took longer than {args.timeout} s (--timeout)",
+            "wall_s": time.perf_counter() - started,
+        }
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_TAG)]
     if done.returncode != 0 or not lines:
         tail = "\n".join((done.stdout + "\n" + done.stderr).strip().splitlines()[-40:])
         return {"error": f"{what} failed (exit {done.returncode}):\n{tail}", "wall_s": time.perf_counter() - started}
-    result = json.loads(lines[-1][len(RESULT_TAG):])
+    result = json.loads(lines[-1][len(RESULT_TAG) :])
     result["wall_s"] = time.perf_counter() - started
     return result
 
@@ -405,11 +437,15 @@ def print_table(results: dict[str, dict], skipped: dict[str, str]) -> None:
             continue
         off, on = runs["off"], runs["on"]
         for name, r in (("off", off), ("on", on)):
-            print(f"{PAIR_TITLES[pair]:20}{name:8}{fmt(r['step_time_s'], 's'):>20}"
-                  f"{fmt(r['peak_allocated_gib'], 'GiB', 2):>18}{fmt(r['peak_reserved_gib'], 'GiB', 2):>16}")
-        print(f"{PAIR_TITLES[pair]:20}{'on/off':8}{ratio(on['step_time_s'], off['step_time_s']):>20}"
-              f"{ratio(on['peak_allocated_gib'], off['peak_allocated_gib']):>18}"
-              f"{ratio(on['peak_reserved_gib'], off['peak_reserved_gib']):>16}")
+            print(
+                f"{PAIR_TITLES[pair]:20}{name:8}{fmt(r['step_time_s'], 's'):>20}"
+                f"{fmt(r['peak_allocated_gib'], 'GiB', 2):>18}{fmt(r['peak_reserved_gib'], 'GiB', 2):>16}"
+            )
+        print(
+            f"{PAIR_TITLES[pair]:20}{'on/off':8}{ratio(on['step_time_s'], off['step_time_s']):>20}"
+            f"{ratio(on['peak_allocated_gib'], off['peak_allocated_gib']):>18}"
+            f"{ratio(on['peak_reserved_gib'], off['peak_reserved_gib']):>16}"
+        )
     for pair, reason in skipped.items():
         print(f"{PAIR_TITLES[pair]:20}skipped: {reason}")
     done = {pair: runs for pair, runs in results.items() if "error" not in runs}
@@ -449,21 +485,29 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         n_params = build_model_dir(args, workdir / "model")
         write_arithmetic_rows(workdir / "rows.jsonl", args.rows)
-        device = "CPU (--cpu-smoke: timings mean nothing)" if args.cpu_smoke else (
-            f"{torch.cuda.get_device_name(0)} (sm_{''.join(map(str, torch.cuda.get_device_capability(0)))})")
+        device = (
+            "CPU (--cpu-smoke: timings mean nothing)"
+            if args.cpu_smoke
+            else (f"{torch.cuda.get_device_name(0)} (sm_{''.join(map(str, torch.cuda.get_device_capability(0)))})")
+        )
         print(f"gpu_check on {device}, torch {torch.__version__}")
-        print(f"model: random Llama, {n_params / 1e6:.1f}M parameters ({args.layers} layers, hidden {args.hidden}, "
-              f"vocabulary {args.vocab}), 4-bit NF4 QLoRA r=32; {args.micro_batch} x {args.seq_len} tokens x "
-              f"{args.grad_accum} micro-batches per step; {args.warmup} warm-up + {args.steps} timed steps; "
-              f"pairs: {', '.join(pairs)}", flush=True)
+        print(
+            f"model: random Llama, {n_params / 1e6:.1f}M parameters ({args.layers} layers, hidden {args.hidden}, "
+            f"vocabulary {args.vocab}), 4-bit NF4 QLoRA r=32; {args.micro_batch} x {args.seq_len} tokens x "
+            f"{args.grad_accum} micro-batches per step; {args.warmup} warm-up + {args.steps} timed steps; "
+            f"pairs: {', '.join(pairs)}",
+            flush=True,
+        )
         budget = args.budget if args.budget is not None else (None if args.cpu_smoke else 450)
         results: dict[str, dict] = {}
         longest = 0.0
         for pair in pairs:
             elapsed = time.perf_counter() - started
             if budget is not None and longest and elapsed + 2 * longest > budget:
-                skipped[pair] = (f"its two runs (~{2 * longest:.0f} s, as long as the longest so far) would end past "
-                                 f"the --budget of {budget} s ({elapsed:.0f} s used)")
+                skipped[pair] = (
+                    f"its two runs (~{2 * longest:.0f} s, as long as the longest so far) would end past "
+                    f"the --budget of {budget} s ({elapsed:.0f} s used)"
+                )
                 print(f"gpu_check: skipping the {PAIR_TITLES[pair]} pair: {skipped[pair]}", flush=True)
                 continue
             results[pair] = {}
@@ -478,11 +522,14 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 results[pair][variant] = run
     ran = [runs for runs in results.values() if "error" not in runs]
-    print(f"attention: {ran[0]['on']['attention'] if ran else 'n/a'}; "
-          f"{sum(len(r) for r in ran)} runs in {time.perf_counter() - started:.0f} s")
+    print(
+        f"attention: {ran[0]['on']['attention'] if ran else 'n/a'}; "
+        f"{sum(len(r) for r in ran)} runs in {time.perf_counter() - started:.0f} s"
+    )
     print_table(results, skipped)
-    problems = [f"{PAIR_TITLES[pair]}: {runs['error'].splitlines()[0]}" for pair, runs in results.items()
-                if "error" in runs]
+    problems = [
+        f"{PAIR_TITLES[pair]}: {runs['error'].splitlines()[0]}" for pair, runs in results.items() if "error" in runs
+    ]
     problems += [p for runs in ran for r in (runs["off"], runs["on"]) for p in check_result(r, args)]
     for problem in problems:
         print(f"gpu_check: FAILED: {problem}", file=sys.stderr)

@@ -16,9 +16,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def cpu_config(tmp_path: Path, model_dir: Path | str, dataset: Path | str, **overrides: Any) -> dict:
     """A small LoRA fine-tune that runs on CPU in seconds, with the DEL plugin on; override any key."""
     cfg = cpu.alpaca_lora_config(
-        model_dir, dataset, tmp_path,
-        sequence_len=256, micro_batch_size=2, gradient_accumulation_steps=2, max_steps=4, learning_rate=1e-3,
-        logging_steps=1, plugins=["del_plugin.DELPlugin"], del_alpha=0.3,
+        model_dir,
+        dataset,
+        tmp_path,
+        sequence_len=256,
+        micro_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        plugins=["del_plugin.DELPlugin"],
+        del_alpha=0.3,
     )
     cfg.update(overrides)
     return cfg

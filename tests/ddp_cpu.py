@@ -77,7 +77,12 @@ class Launch:
             self.cmd = [sys.executable, *script]
         else:
             self.cmd = [
-                sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *script
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc_per_node={nproc}",
+                *script,
             ]
         self.names, self.out, self.nproc, self.timeout = list(runs), out, nproc, timeout
         self.log = open(out / "launch.log", "w")

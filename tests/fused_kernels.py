@@ -20,11 +20,10 @@ the final hidden states and ``self.lm_head.weight`` to the fused loss, never cal
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
-
 
 # launches of each stand-in, so that a test can tell the fused path really ran
 CALLS: dict[str, int] = {"liger_cross_entropy_kernel": 0, "element_mul_kernel": 0, "cce_style_forward": 0}
@@ -42,9 +41,28 @@ class _Launcher:
 
 
 def _eager_cross_entropy_kernel(
-    *, X_ptr, Y_ptr, weight_ptr, loss_ptr, z_loss_ptr, token_accuracy_ptr, predicted_tokens_ptr, n_cols,
-    n_non_ignore, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, RETURN_Z_LOSS,
-    RETURN_TOKEN_ACCURACY, RETURN_PREDICTED_TOKENS, HAS_WEIGHT, HAS_SOFTCAPPING, HAS_GRADIENTS, **_launch,
+    *,
+    X_ptr,
+    Y_ptr,
+    weight_ptr,
+    loss_ptr,
+    z_loss_ptr,
+    token_accuracy_ptr,
+    predicted_tokens_ptr,
+    n_cols,
+    n_non_ignore,
+    ignore_index,
+    lse_square_scale,
+    label_smoothing,
+    reduction,
+    softcap,
+    RETURN_Z_LOSS,
+    RETURN_TOKEN_ACCURACY,
+    RETURN_PREDICTED_TOKENS,
+    HAS_WEIGHT,
+    HAS_SOFTCAPPING,
+    HAS_GRADIENTS,
+    **_launch,
 ) -> None:
     """Liger's ``liger_cross_entropy_kernel`` (ops/cross_entropy.py): per row, ``loss = lse(x) - x[y]`` (0 where
     ``y == ignore_index``), divided by ``n_non_ignore`` for "mean"; with gradients, the row of ``X`` is overwritten
@@ -110,14 +128,31 @@ def restored_forwards() -> Iterator[None]:
         loss_utils.ForCausalLMLoss, loss_utils.nn.functional.cross_entropy = saved_loss[1:]
 
 
-def cce_style_forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
-                      inputs_embeds=None, labels=None, use_cache=None, logits_to_keep=0, **kwargs):
+def cce_style_forward(
+    self,
+    input_ids=None,
+    attention_mask=None,
+    position_ids=None,
+    past_key_values=None,
+    inputs_embeds=None,
+    labels=None,
+    use_cache=None,
+    logits_to_keep=0,
+    **kwargs,
+):
     """The Cut Cross Entropy fork's patched causal-LM forward, on a CPU (module docstring)."""
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
     CALLS["cce_style_forward"] += labels is not None
-    outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+    outputs = self.model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=past_key_values,
+        inputs_embeds=inputs_embeds,
+        use_cache=use_cache,
+        **kwargs,
+    )
     hidden = outputs.last_hidden_state
     keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
     loss = logits = None
@@ -126,10 +161,19 @@ def cce_style_forward(self, input_ids=None, attention_mask=None, position_ids=No
         e = hidden[:, keep, :][:, :-1].reshape(-1, hidden.shape[-1])
         targets = labels[:, 1:].reshape(-1)
         num_items = kwargs.get("num_items_in_batch")
-        nll = F.cross_entropy((e @ self.lm_head.weight.t()).float(), targets, ignore_index=-100,
-                              reduction="sum" if num_items is not None else "mean")
+        nll = F.cross_entropy(
+            (e @ self.lm_head.weight.t()).float(),
+            targets,
+            ignore_index=-100,
+            reduction="sum" if num_items is not None else "mean",
+        )
         loss = nll / num_items if num_items is not None else nll
     else:
         logits = self.lm_head(hidden[:, keep, :])
-    return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=outputs.past_key_values,
-                                  hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+    return CausalLMOutputWithPast(
+        loss=loss,
+        logits=logits,
+        past_key_values=outputs.past_key_values,
+        hidden_states=outputs.hidden_states,
+        attentions=outputs.attentions,
+    )

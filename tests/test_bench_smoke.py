@@ -42,7 +42,7 @@ def test_interleaved_groups_run_back_to_back():
     methods = {name: (lambda name=name: seen.append(name)) for name in ("a", "a+x", "b", "b+x", "b+y")}
     benchlib.interleaved_rounds(methods, 4, torch.device("cpu"), groups=[["a", "a+x"], ["b", "b+x", "b+y"]])
     for r in range(4):
-        order = seen[5 * r:5 * r + 5]
+        order = seen[5 * r : 5 * r + 5]
         assert sorted(order) == sorted(methods)
         groups = [name[0] for name in order]
         runs = [g for i, g in enumerate(groups) if i == 0 or groups[i - 1] != g]
@@ -102,8 +102,10 @@ def test_every_method_adds_the_same_digit_term(llama_case):
         values[name] = float(fn())
         case.clear_grad()
     loss_step.check_same_terms(values, "smoke")  # CE + DEL - CE equal for every head, and for the logits API
-    assert values[loss_step.method_name("plain", "frozen", "ce+del")] > values[
-        loss_step.method_name("plain", "frozen", "ce")]
+    assert (
+        values[loss_step.method_name("plain", "frozen", "ce+del")]
+        > values[loss_step.method_name("plain", "frozen", "ce")]
+    )
 
 
 def test_del_beside_a_trainable_head_allocates_nothing_head_sized(llama_case):
@@ -123,9 +125,8 @@ def test_del_beside_a_trainable_head_allocates_nothing_head_sized(llama_case):
 
 
 def test_the_chunked_loss_is_axolotls_and_transformers_is_restored():
-    import transformers.loss.loss_utils as loss_utils
-
     import loss_step
+    import transformers.loss.loss_utils as loss_utils
 
     before = loss_utils.LOSS_MAPPING["ForCausalLM"], loss_utils.ForCausalLMLoss
     chunked = loss_step.axolotl_chunked_ce_loss()

@@ -7,9 +7,8 @@ import pickle
 import pytest
 import torch
 from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
-from del_plugin.assets import gsm8k_rows
 
-from del_plugin.assets import load_tokenizer
+from del_plugin.assets import gsm8k_rows, load_tokenizer
 from del_plugin.collator import TARGET_PLACES_KEY, NumberSpanCollator
 from del_plugin.core import DigitVocab, number_places, shift_to_next_token
 from del_plugin.core.places import NOT_A_DIGIT
@@ -32,12 +31,14 @@ def features(tokenizer, rows, train_on_inputs=False):
         answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         ids = prompt + answer
         labels = ids if train_on_inputs else [-100] * len(prompt) + answer
-        out.append({
-            "input_ids": ids,
-            "attention_mask": [1] * len(ids),
-            "labels": list(labels),
-            "position_ids": list(range(len(ids))),
-        })
+        out.append(
+            {
+                "input_ids": ids,
+                "attention_mask": [1] * len(ids),
+                "labels": list(labels),
+                "position_ids": list(range(len(ids))),
+            }
+        )
     return out
 
 
@@ -62,7 +63,12 @@ def plain_sample(tokenizer, text):
     # piece by piece, so that a leading number is not preceded by a '▁' token
     ids = [i for piece in text.split("|") for i in tokenizer.convert_tokens_to_ids(tokenizer.tokenize(piece))]
     ids = [i for i in ids if tokenizer.convert_ids_to_tokens(i) != "▁"]
-    return {"input_ids": ids, "labels": list(ids), "attention_mask": [1] * len(ids), "position_ids": list(range(len(ids)))}
+    return {
+        "input_ids": ids,
+        "labels": list(ids),
+        "attention_mask": [1] * len(ids),
+        "position_ids": list(range(len(ids))),
+    }
 
 
 def test_packed_batch_never_joins_numbers_across_samples(tokenizer, vocab):
@@ -95,7 +101,9 @@ def test_wrapper_forwards_attributes_and_pickles(tokenizer, vocab):
     assert NumberSpanCollator(collator, vocab).collator is inner  # never wrapped twice
     clone = pickle.loads(pickle.dumps(collator))  # data-loader workers may pickle it
     feats = features(tokenizer, gsm8k_rows(2))
-    assert torch.equal(clone([dict(f) for f in feats])[TARGET_PLACES_KEY], collator([dict(f) for f in feats])[TARGET_PLACES_KEY])
+    assert torch.equal(
+        clone([dict(f) for f in feats])[TARGET_PLACES_KEY], collator([dict(f) for f in feats])[TARGET_PLACES_KEY]
+    )
 
 
 def test_missing_labels_is_a_clear_error(vocab):

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import pytest
-from axolotl_helpers import load_config, refused
 
 from del_plugin.assets import tokenizer_dir
+
+from axolotl_helpers import load_config, refused
 
 
 def test_valid_config_keeps_our_keys(base):
     cfg = load_config(base(del_alpha=0.05, del_place_weighting=False, del_integer_slope=3.0, del_decimal_base=1.1))
     assert (cfg.del_alpha, cfg.del_place_weighting, cfg.del_integer_slope, cfg.del_decimal_base) == (
-        0.05, False, 3.0, 1.1
+        0.05,
+        False,
+        3.0,
+        1.1,
     )
 
 
@@ -20,7 +24,10 @@ def test_defaults(base):
     del cfg["del_alpha"]
     loaded = load_config(cfg)
     assert (loaded.del_alpha, loaded.del_place_weighting, loaded.del_integer_slope, loaded.del_decimal_base) == (
-        0.1, True, 2.0, 1.02
+        0.1,
+        True,
+        2.0,
+        1.02,
     )
 
 
@@ -37,8 +44,12 @@ CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"liger_fused_linear_cross_entropy": True}, {"liger_cross_entropy": True}, {"chunked_cross_entropy": True},
-     {"bf16": True, "plugins": [CCE, "del_plugin.DELPlugin"]}],
+    [
+        {"liger_fused_linear_cross_entropy": True},
+        {"liger_cross_entropy": True},
+        {"chunked_cross_entropy": True},
+        {"bf16": True, "plugins": [CCE, "del_plugin.DELPlugin"]},
+    ],
 )
 def test_every_cross_entropy_kernel_is_accepted(base, overrides):
     # DEL reads the hidden states, so kernels that never return logits (or overwrite them) are fine
@@ -49,10 +60,12 @@ def test_every_cross_entropy_kernel_is_accepted(base, overrides):
 @pytest.mark.parametrize("criterion", ["mixce", "emo"])
 @pytest.mark.parametrize(
     "overrides, key",
-    [({"liger_fused_linear_cross_entropy": True}, "liger_fused_linear_cross_entropy"),
-     ({"bf16": True, "plugins": [CCE, "del_plugin.DELPlugin"]}, "cut_cross_entropy"),
-     ({"liger_cross_entropy": True}, "liger_cross_entropy"),
-     ({"chunked_cross_entropy": True}, "chunked_cross_entropy")],
+    [
+        ({"liger_fused_linear_cross_entropy": True}, "liger_fused_linear_cross_entropy"),
+        ({"bf16": True, "plugins": [CCE, "del_plugin.DELPlugin"]}, "cut_cross_entropy"),
+        ({"liger_cross_entropy": True}, "liger_cross_entropy"),
+        ({"chunked_cross_entropy": True}, "chunked_cross_entropy"),
+    ],
 )
 def test_full_softmax_criteria_refuse_cross_entropy_kernels(base, criterion, overrides, key):
     message = refused(base(del_criterion=criterion, del_alpha=1.0, **overrides))

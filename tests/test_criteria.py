@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from fake_vocab import VOCAB, V, encode
 
 from del_plugin.core import CRITERIA, PlaceWeighting, digit_criterion_loss, digit_targets_from_logits, number_places
 from del_plugin.core.criteria import (
@@ -27,6 +26,8 @@ from del_plugin.core.criteria import (
     token_nll,
 )
 from del_plugin.core.places import NOT_A_DIGIT
+
+from fake_vocab import VOCAB, V, encode
 
 LN2 = math.log(2.0)
 SQRT2 = math.sqrt(2.0)
@@ -45,7 +46,13 @@ def logits_for(labels: torch.Tensor, digit_logits: dict[int, list[float]] | None
 def per_token(criterion, text, digit_logits=None, **kwargs):
     labels = encode(text)
     places = number_places(labels, VOCAB)
-    return digit_criterion_loss(criterion, digit_targets_from_logits(logits_for(labels, digit_logits), labels, VOCAB), places, reduction="none", **kwargs)
+    return digit_criterion_loss(
+        criterion,
+        digit_targets_from_logits(logits_for(labels, digit_logits), labels, VOCAB),
+        places,
+        reduction="none",
+        **kwargs,
+    )
 
 
 def emo_state(criterion: str, weight: torch.Tensor) -> dict:
@@ -106,7 +113,9 @@ def test_dist2_is_zero_when_the_model_predicts_its_target():
     z = [-((3 - k) ** 2) / 0.5 for k in range(10)]
     places = number_places(labels, VOCAB)
     logits = logits_for(labels, {1: z})
-    out = digit_criterion_loss("dist2", digit_targets_from_logits(logits, labels, VOCAB), places, reduction="none", dist2_tau=0.5)
+    out = digit_criterion_loss(
+        "dist2", digit_targets_from_logits(logits, labels, VOCAB), places, reduction="none", dist2_tau=0.5
+    )
     assert out.abs().max().item() < 1e-6
 
 
@@ -342,9 +351,7 @@ def oracle_digit_terms(criterion, logits, labels, places, tau=1.0, weighting=Pla
 @pytest.mark.parametrize("criterion", DIGIT_CRITERIA)
 def test_digit_criteria_match_slow_oracle(criterion):
     torch.manual_seed(3)
-    labels = torch.stack(
-        [encode("pay 1,234.50 for ⁷8 items. 3.14159 "), encode("1.2.3 and .75 or 9 - x ..8 y 0.0625")]
-    )
+    labels = torch.stack([encode("pay 1,234.50 for ⁷8 items. 3.14159 "), encode("1.2.3 and .75 or 9 - x ..8 y 0.0625")])
     labels[0, :4] = -100
     logits = torch.randn(*labels.shape, V) * 3
     places = number_places(labels, VOCAB)
@@ -408,8 +415,9 @@ def test_digit_criteria_finite_in_half_precision(criterion, dtype):
     tau = own_params(criterion, dist2_tau=0.1)
     loss = digit_criterion_loss(criterion, digit_targets_from_logits(logits, labels, VOCAB), places, **tau)
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
-    ref = digit_criterion_loss(criterion, digit_targets_from_logits(logits.detach().float(), labels, VOCAB), places,
-                               **tau)
+    ref = digit_criterion_loss(
+        criterion, digit_targets_from_logits(logits.detach().float(), labels, VOCAB), places, **tau
+    )
     assert loss.item() == pytest.approx(ref.item(), rel=1e-6)
     loss.backward()
     assert logits.grad.dtype == dtype and torch.isfinite(logits.grad).all()
@@ -481,8 +489,9 @@ def test_token_criterion_loss_is_normalised_like_transformers_cross_entropy():
         assert (micro[0] + micro[1]).item() == pytest.approx(whole.item(), rel=1e-6)
         assert torch.allclose(g_micro, g_whole, atol=1e-7)
         mean = loss_func({"logits": logits}, labels, None)
-        terms = token_criterion_terms(criterion, logits, aligned, alpha=0.8, state=loss_func.state,
-                                      **own_params(criterion, mixce_eta=0.3))
+        terms = token_criterion_terms(
+            criterion, logits, aligned, alpha=0.8, state=loss_func.state, **own_params(criterion, mixce_eta=0.3)
+        )
         assert mean.item() == pytest.approx((terms.loss.sum() / n_items).item(), rel=1e-6)
         ce = F.cross_entropy(logits[:, :-1].reshape(-1, 20), labels[:, 1:].reshape(-1))
         assert loss_func.last_parts["ce"].item() == pytest.approx(ce.item(), rel=1e-6)
@@ -509,7 +518,10 @@ def small_dataset(tmp_path_factory):
     "overrides, message",
     [
         ({"del_criterion": "del2"}, r"del_criterion\n.*'mle', 'mixce', 'emo'"),
-        ({"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": 1.5}, r"`del_mixce_eta: 1.5` is outside \[0, 1\]"),
+        (
+            {"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": 1.5},
+            r"`del_mixce_eta: 1.5` is outside \[0, 1\]",
+        ),
         ({"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": -0.1}, r"`del_mixce_eta: -0.1` is outside"),
         ({"del_criterion": "dist2", "del_dist2_tau": 0}, r"`del_dist2_tau: 0` is outside \[0.01, 100\]"),
         ({"del_criterion": "emo", "del_alpha": None}, r"`emo` replaces cross-entropy.*set it explicitly.*1.0"),
@@ -528,9 +540,9 @@ def test_bad_criterion_keys_fail_in_load_config(tmp_path, tiny_llama, small_data
 
 
 def test_criterion_keys_reach_the_config(tmp_path, tiny_llama, small_dataset):
-    from axolotl_helpers import cpu_config, load_config
-
     from del_plugin.hf import DELSettings
+
+    from axolotl_helpers import cpu_config, load_config
 
     cfg = load_config(cpu_config(tmp_path, tiny_llama, small_dataset, del_criterion="dist2", del_dist2_tau=0.5))
     settings = DELSettings.from_config(cfg)
@@ -538,7 +550,11 @@ def test_criterion_keys_reach_the_config(tmp_path, tiny_llama, small_dataset):
     cfg = load_config(cpu_config(tmp_path, tiny_llama, small_dataset, del_criterion="mixce", del_alpha=1.0))
     settings = DELSettings.from_config(cfg)
     assert (settings.criterion, dict(settings.params), settings.alpha, settings.digit_alpha) == (
-        "mixce", {"mixce_eta": 0.5}, 1.0, 0.0)
+        "mixce",
+        {"mixce_eta": 0.5},
+        1.0,
+        0.0,
+    )
     assert DELSettings.from_config(load_config(cpu_config(tmp_path, tiny_llama, small_dataset))).criterion == "del"
 
 
@@ -556,8 +572,16 @@ def criterion_run(tmp_path_factory, tiny_llama, small_dataset):
             tmp = tmp_path_factory.mktemp(criterion)
             alpha = 1.0 if criterion in TOKEN_CRITERIA else 0.3
             cfg = cpu_config(
-                tmp, tiny_llama, small_dataset, del_criterion=criterion, del_alpha=alpha, max_steps=2,
-                micro_batch_size=1, gradient_accumulation_steps=2, val_set_size=0.25, eval_steps=2,
+                tmp,
+                tiny_llama,
+                small_dataset,
+                del_criterion=criterion,
+                del_alpha=alpha,
+                max_steps=2,
+                micro_batch_size=1,
+                gradient_accumulation_steps=2,
+                val_set_size=0.25,
+                eval_steps=2,
                 dataset_prepared_path=str(prepared),
             )
             runs[criterion] = run_axolotl(cfg).state.log_history
@@ -615,8 +639,9 @@ def test_docs_table_is_the_registry():
 
     text = (REPO / "docs" / "criteria.md").read_text(encoding="utf-8")
     start = text.index("-->\n", text.index("<!-- criteria-table")) + 4
-    assert text[start:text.index("<!-- /criteria-table -->")] == criteria_table(), (
-        "docs/criteria.md's table is out of date; paste del_plugin.hf.settings.criteria_table() into it")
+    assert text[start : text.index("<!-- /criteria-table -->")] == criteria_table(), (
+        "docs/criteria.md's table is out of date; paste del_plugin.hf.settings.criteria_table() into it"
+    )
 
 
 def test_ablation_runner_defaults_to_one_config_per_registered_criterion():
@@ -661,9 +686,17 @@ def local_swap(tmp_path: Path, model_dir: Path, dataset: Path) -> list[str]:
 
 
 SMOKE_SCHEDULE = [
-    "fsdp_config=null", "optimizer=adamw_torch", "attn_implementation=sdpa",  # one CPU process
-    "val_set_size=0.25", "micro_batch_size=1", "gradient_accumulation_steps=1",
-    "max_steps=2", "evals_per_epoch=null", "eval_steps=2", "sequence_len=256", "logging_steps=1",
+    "fsdp_config=null",
+    "optimizer=adamw_torch",
+    "attn_implementation=sdpa",  # one CPU process
+    "val_set_size=0.25",
+    "micro_batch_size=1",
+    "gradient_accumulation_steps=1",
+    "max_steps=2",
+    "evals_per_epoch=null",
+    "eval_steps=2",
+    "sequence_len=256",
+    "logging_steps=1",
     "dataloader_num_workers=0",
 ]
 
@@ -701,15 +734,22 @@ def test_run_ablation_script_on_two_configs(tmp_path, tiny_llama, small_dataset)
 
     # the tiny Llama-tokenizer model (32k vocabulary) trains faster on CPU than the Qwen one (152k)
     table = tmp_path / "table"
-    argv = [str(ABLATION / "mle.yaml"), str(ABLATION / "del.yaml"), "--output-root", str(tmp_path / "runs"),
-            "--table-dir", str(table)]
+    argv = [
+        str(ABLATION / "mle.yaml"),
+        str(ABLATION / "del.yaml"),
+        "--output-root",
+        str(tmp_path / "runs"),
+        "--table-dir",
+        str(table),
+    ]
     for override in local_swap(tmp_path, tiny_llama, small_dataset) + SMOKE_SCHEDULE:
         argv += ["--override", override]
     assert run_ablation.main(argv) == 0
     with open(table / "ablation.csv", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["config"], r["criterion"], r["status"], r["steps"]) for r in rows] == [
-        ("mle", "mle", "ok", "2"), ("del", "del", "ok", "2")
+        ("mle", "mle", "ok", "2"),
+        ("del", "del", "ok", "2"),
     ]
     for row in rows:
         for key in ("loss", "ce_loss", "digit_accuracy", "eval_loss", "eval_ce_loss", "eval_digit_accuracy"):

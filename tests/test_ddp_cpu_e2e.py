@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from axolotl_helpers import cpu_config
-from ddp_cpu import start
 
 from del_plugin.assets import gsm8k_rows, tiny_model_dir
 from del_plugin.cpu import write_alpaca_jsonl
+
+from axolotl_helpers import cpu_config
+from ddp_cpu import start
 
 pytestmark = pytest.mark.e2e
 
@@ -47,8 +48,14 @@ RTOL, ATOL = 1e-4, 1e-6
 
 def config(work, model_dir, data, world: int, **overrides) -> dict:
     keys = dict(
-        micro_batch_size=2 // world, gradient_accumulation_steps=2, max_steps=1, max_grad_norm=0.0,
-        learning_rate=1e-4, sequence_len=512, curriculum_sampling=True, del_alpha=ALPHA,
+        micro_batch_size=2 // world,
+        gradient_accumulation_steps=2,
+        max_steps=1,
+        max_grad_norm=0.0,
+        learning_rate=1e-4,
+        sequence_len=512,
+        curriculum_sampling=True,
+        del_alpha=ALPHA,
     )
     return cpu_config(work, model_dir, data, **{**keys, **overrides})
 
@@ -145,7 +152,8 @@ def test_gradient_at_world_size_two_equals_world_size_one(runs):
         assert_grads_close(two["del"][rank]["grads"], one["del"][0]["grads"], f"full gradient, rank {rank}")
         assert_grads_close(two["ce"][rank]["grads"], one["ce"][0]["grads"], f"CE-only gradient, rank {rank}")
         assert_grads_close(
-            del_contribution(two["del"][rank], two["ce"][rank]), del_contribution(one["del"][0], one["ce"][0]),
+            del_contribution(two["del"][rank], two["ce"][rank]),
+            del_contribution(one["del"][0], one["ce"][0]),
             f"DEL's contribution, rank {rank}",
         )
     contribution = del_contribution(one["del"][0], one["ce"][0])

@@ -88,8 +88,12 @@ def test_files(tmp_path, splits):
     train, held_out = splits
     chat = write_chat_jsonl(tmp_path / "train.jsonl", train[:5])
     first = json.loads(chat.read_text().splitlines()[0])
-    assert first == {"messages": [{"role": "user", "content": train[0].question},
-                                  {"role": "assistant", "content": train[0].answer_text}]}
+    assert first == {
+        "messages": [
+            {"role": "user", "content": train[0].question},
+            {"role": "assistant", "content": train[0].answer_text},
+        ]
+    }
     eval_set = read_eval_set(write_eval_jsonl(tmp_path / "heldout.jsonl", held_out))
     assert not eval_set.issues
     assert [e.reference for e in eval_set.examples] == [p.answer for p in held_out]
@@ -97,9 +101,10 @@ def test_files(tmp_path, splits):
 
 
 def test_axolotl_accepts_the_demo_configs(tmp_path):
-    from axolotl_helpers import load_config
     from del_plugin.assets import smollm2_dir
     from del_plugin.demo.training import TrainSettings, axolotl_config
+
+    from axolotl_helpers import load_config
 
     train_file = write_chat_jsonl(tmp_path / "train.jsonl", generate_problems(8, seed=0))
     settings = TrainSettings(steps=2, micro_batch_size=2)
@@ -123,8 +128,9 @@ def test_sign_test_against_hand_worked_values():
 def test_paired_outcomes(tmp_path):
     def write(name, outcomes):
         path = tmp_path / name
-        path.write_text("".join(json.dumps({"dataset": "d", "line": i + 1, "correct": c}) + "\n"
-                                for i, c in enumerate(outcomes)))
+        path.write_text(
+            "".join(json.dumps({"dataset": "d", "line": i + 1, "correct": c}) + "\n" for i, c in enumerate(outcomes))
+        )
         return path
 
     a = write("a.jsonl", [True, True, False, False, True])
@@ -133,16 +139,25 @@ def test_paired_outcomes(tmp_path):
 
 
 def _generations(path, correct, abs_error, tf_entropy):
-    path.write_text("".join(
-        json.dumps({"dataset": "d", "line": i + 1, "correct": c, "abs_error": e, "tf_digits": 2,
-                    "tf_entropy_sum": 2 * h}) + "\n"
-        for i, (c, e, h) in enumerate(zip(correct, abs_error, tf_entropy))))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"dataset": "d", "line": i + 1, "correct": c, "abs_error": e, "tf_digits": 2, "tf_entropy_sum": 2 * h}
+            )
+            + "\n"
+            for i, (c, e, h) in enumerate(zip(correct, abs_error, tf_entropy))
+        )
+    )
     return path
 
 
 def _report(correct, n, mae, entropy):
-    return {"overall": {"generation": {"n": n, "accuracy": correct / n, "mae": mae, "log_mae": mae / 10},
-                        "teacher_forced": {"mean_entropy": entropy, "digit_accuracy": 0.5}}}
+    return {
+        "overall": {
+            "generation": {"n": n, "accuracy": correct / n, "mae": mae, "log_mae": mae / 10},
+            "teacher_forced": {"mean_entropy": entropy, "digit_accuracy": 0.5},
+        }
+    }
 
 
 def test_paired_lower(tmp_path):
@@ -161,8 +176,7 @@ def test_findings_follow_the_numbers(tmp_path, del_right):
         "MLE": _generations(tmp_path / "mle.jsonl", mle_correct, [5.0] * n, [1.5] * n),
         "DEL": _generations(tmp_path / "del.jsonl", del_correct, [4.0] * n, [1.0] * n),
     }
-    reports = {"base": _report(0, n, 9.0, 2.0), "MLE": _report(1, n, 5.0, 1.5),
-               "DEL": _report(del_right, n, 4.0, 1.0)}
+    reports = {"base": _report(0, n, 9.0, 2.0), "MLE": _report(1, n, 5.0, 1.5), "DEL": _report(del_right, n, 4.0, 1.0)}
     text = " ".join(findings_text(reports, generations, alpha=0.1))
     if del_right == 12:  # 11 problems only DEL got right, none only MLE: p = 2 / 2^11
         assert "DEL is better than MLE on accuracy (+55.0 points)" in text

@@ -19,7 +19,8 @@ from del_plugin.evaluation.data import read_eval_set
 from del_plugin.evaluation.metrics import digits_by_place, log_transform, numeric_metrics
 from del_plugin.evaluation.report import load_report
 from del_plugin.evaluation.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
-from fake_vocab import TOKEN_ID, V, VOCAB, encode
+
+from fake_vocab import TOKEN_ID, VOCAB, V, encode
 
 D = Decimal
 
@@ -204,7 +205,8 @@ def test_numeric_metrics_of_nothing_and_of_runaway_numbers():
     assert empty["accuracy"] is None and empty["mae"] is None
     runaway = numeric_metrics([(D("9" * 400), D("5"))])
     assert math.isfinite(runaway["mae"]) and runaway["log_mae"] == pytest.approx(
-        math.log(1.7976931348623157e308) - math.log(6), rel=1e-6)
+        math.log(1.7976931348623157e308) - math.log(6), rel=1e-6
+    )
 
 
 def test_format_decimal():
@@ -245,8 +247,7 @@ def test_teacher_forced_digit_metrics_on_a_hand_built_model():
         (encode("q 7 = answer is 12.5").tolist(), 6),  # targets '12.5' -> 1 (10^1), 2 (10^0), 5 (10^-1)
         (encode("q 88 = 3041").tolist(), 7),  # targets 3 0 4 1 at 10^3 .. 10^0
     ]
-    batches = list(teacher_forced_batches(NextTokenOracle(), sequences, VOCAB, batch_size=2,
-                                          pad_id=TOKEN_ID[" "]))
+    batches = list(teacher_forced_batches(NextTokenOracle(), sequences, VOCAB, batch_size=2, pad_id=TOKEN_ID[" "]))
     assert len(batches) == 1
     indices, per_sequence, stats = batches[0]
     assert indices == [0, 1]
@@ -296,7 +297,10 @@ def test_bad_lines_are_reported_with_file_and_line(tmp_path, gsm8k_test):
     path.write_text("\n".join(lines) + "\n")
     eval_set = read_eval_set(path)
     assert [(e.line, e.reference, e.format) for e in eval_set.examples] == [
-        (1, D(18), "gsm8k"), (8, D("5.0"), "numeric"), (9, D(1234), "numeric")]
+        (1, D(18), "gsm8k"),
+        (8, D("5.0"), "numeric"),
+        (9, D(1234), "numeric"),
+    ]
     assert eval_set.examples[1].solution == "5.0"
     reasons = {issue.line: issue.reason for issue in eval_set.issues}
     assert sorted(reasons) == [2, 4, 5, 6, 7]
@@ -307,8 +311,17 @@ def test_bad_lines_are_reported_with_file_and_line(tmp_path, gsm8k_test):
 
 
 def test_missing_file_is_an_error_before_any_model_is_loaded(tmp_path, capsys):
-    code = cli.main(["run", "--model", str(tmp_path / "no-model"), "--data", str(tmp_path / "nope.jsonl"),
-                     "--out", str(tmp_path / "out")])
+    code = cli.main(
+        [
+            "run",
+            "--model",
+            str(tmp_path / "no-model"),
+            "--data",
+            str(tmp_path / "nope.jsonl"),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 2
     assert "nope.jsonl" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
@@ -364,8 +377,23 @@ def _saved_generations(out: Path) -> list[dict]:
 
 def test_del_eval_end_to_end_report_is_consistent_with_its_generations(digit_model, eval_file, tmp_path):
     out = tmp_path / "report"
-    code = cli.main(["run", "--model", str(digit_model), "--data", str(eval_file), "--out", str(out),
-                     "--max-new-tokens", "6", "--batch-size", "2", "--name", "tiny"])
+    code = cli.main(
+        [
+            "run",
+            "--model",
+            str(digit_model),
+            "--data",
+            str(eval_file),
+            "--out",
+            str(out),
+            "--max-new-tokens",
+            "6",
+            "--batch-size",
+            "2",
+            "--name",
+            "tiny",
+        ]
+    )
     assert code == 0
     report = load_report(out)
     assert report["schema"] == "del-eval/1" and report["status"] == "complete" and report["error"] is None
@@ -390,7 +418,8 @@ def test_del_eval_end_to_end_report_is_consistent_with_its_generations(digit_mod
         assert 1 <= r["new_tokens"] <= 6
     # the numbers of the report, recomputed from the saved generations
     recomputed = numeric_metrics(
-        (None if r["prediction"] is None else D(r["prediction"]), D(r["reference"])) for r in saved)
+        (None if r["prediction"] is None else D(r["prediction"]), D(r["reference"])) for r in saved
+    )
     generation = entry["generation"]
     assert generation["answered"] == recomputed["answered"] >= 1
     for key in ("n", "correct", "accuracy", "place_accuracy"):
@@ -410,8 +439,10 @@ def test_del_eval_end_to_end_report_is_consistent_with_its_generations(digit_mod
     twin = tmp_path / "twin"
     shutil.copytree(out, twin)
     table = tmp_path / "side-by-side"
-    assert cli.main(["compare", str(out), str(twin / "report.json"), "--out", str(table),
-                     "--labels", "first", "second"]) == 0
+    assert (
+        cli.main(["compare", str(out), str(twin / "report.json"), "--out", str(table), "--labels", "first", "second"])
+        == 0
+    )
     markdown = (table / "comparison.md").read_text()
     assert "| first |" in markdown and "| second |" in markdown
     assert (table / "place_accuracy.png").exists() and (table / "entropy_histogram.png").exists()

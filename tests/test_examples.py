@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from axolotl_helpers import run_axolotl
-from trainer_checks import train_logs
-from fused_kernels import CALLS, cce_style_forward, restored_forwards
 
 from del_plugin.assets import gsm8k_rows
-from del_plugin.cpu import write_alpaca_jsonl
+from del_plugin.cpu import CPU_KEYS, write_alpaca_jsonl
 
-from del_plugin.cpu import CPU_KEYS
+from axolotl_helpers import run_axolotl
+from fused_kernels import CALLS, cce_style_forward, restored_forwards
+from trainer_checks import train_logs
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -72,17 +71,44 @@ class Family:
 FAMILIES = {
     f.directory: f
     for f in (
-        Family("codellama-7b", "codellama/CodeLlama-7b-hf", "llama-spm", "llama", "LlamaDecoderLayer", 2e-5,
-               AuthorsRun(alpha=0.1, gpus=4, grad_accum=32, loss_divided_by_grad_accum=True)),
-        Family("mistral-7b", "mistralai/Mistral-7B-v0.1", "mistral", "mistral", "MistralDecoderLayer", 5e-6,
-               AuthorsRun(alpha=0.1, gpus=8, grad_accum=32, loss_divided_by_grad_accum=True)),
+        Family(
+            "codellama-7b",
+            "codellama/CodeLlama-7b-hf",
+            "llama-spm",
+            "llama",
+            "LlamaDecoderLayer",
+            2e-5,
+            AuthorsRun(alpha=0.1, gpus=4, grad_accum=32, loss_divided_by_grad_accum=True),
+        ),
+        Family(
+            "mistral-7b",
+            "mistralai/Mistral-7B-v0.1",
+            "mistral",
+            "mistral",
+            "MistralDecoderLayer",
+            5e-6,
+            AuthorsRun(alpha=0.1, gpus=8, grad_accum=32, loss_divided_by_grad_accum=True),
+        ),
         # DeepSeek-Math-7B is a Llama architecture (the authors wrap LlamaDecoderLayer too)
-        Family("deepseek-math-7b-instruct", "deepseek-ai/deepseek-math-7b-instruct", "deepseek-llm", "llama",
-               "LlamaDecoderLayer", 5e-6, AuthorsRun(alpha=0.01, gpus=8, grad_accum=32,
-                                                     loss_divided_by_grad_accum=False)),
+        Family(
+            "deepseek-math-7b-instruct",
+            "deepseek-ai/deepseek-math-7b-instruct",
+            "deepseek-llm",
+            "llama",
+            "LlamaDecoderLayer",
+            5e-6,
+            AuthorsRun(alpha=0.01, gpus=8, grad_accum=32, loss_divided_by_grad_accum=False),
+        ),
         # train_qwen.sh is for Qwen2.5-1.5B on 4 GPUs; for 7B we assume the 8 GPUs of their other 7B run (DeepSeek)
-        Family("qwen2.5-7b", "Qwen/Qwen2.5-7B", "qwen2", "qwen2", "Qwen2DecoderLayer", 5e-6,
-               AuthorsRun(alpha=0.01, gpus=8, grad_accum=32, loss_divided_by_grad_accum=False)),
+        Family(
+            "qwen2.5-7b",
+            "Qwen/Qwen2.5-7B",
+            "qwen2",
+            "qwen2",
+            "Qwen2DecoderLayer",
+            5e-6,
+            AuthorsRun(alpha=0.01, gpus=8, grad_accum=32, loss_divided_by_grad_accum=False),
+        ),
     )
 }
 KINDS = ("qlora-24gb", "full-fsdp")
@@ -189,9 +215,7 @@ def test_example_passes_axolotl_validation_as_shipped(example_id):
         assert cfg.fsdp_version == 2 and cfg.fsdp_config.fsdp_version == 2
         assert cfg.fsdp_config.auto_wrap_policy == "TRANSFORMER_BASED_WRAP"
         assert cfg.fsdp_config.transformer_layer_cls_to_wrap == family.decoder_layer
-        module = importlib.import_module(
-            f"transformers.models.{family.model_module}.modeling_{family.model_module}"
-        )
+        module = importlib.import_module(f"transformers.models.{family.model_module}.modeling_{family.model_module}")
         assert hasattr(module, family.decoder_layer)
 
 
@@ -234,7 +258,9 @@ def test_deepseek_qlora_prompt_is_the_models_chat_template():
     assert labels[n_prompt:] == ids[n_prompt:] and -100 not in labels[n_prompt:]
 
     rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": row["question"]}], chat_template=template, add_generation_prompt=True,
+        [{"role": "user", "content": row["question"]}],
+        chat_template=template,
+        add_generation_prompt=True,
         tokenize=False,
     )
     adds_bos = tokenizer("x")["input_ids"][0] == tokenizer.bos_token_id
@@ -249,9 +275,7 @@ def test_gpu_check_refuses_clearly_without_a_gpu():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU; the refusal is for machines without one")
-    done = subprocess.run(
-        [sys.executable, str(GPU_CHECK)], capture_output=True, text=True, timeout=300, cwd=REPO
-    )
+    done = subprocess.run([sys.executable, str(GPU_CHECK)], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode != 0
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1, lines
@@ -291,10 +315,19 @@ def test_gpu_check_keeps_to_its_budget_and_reports_failed_runs(monkeypatch, caps
         launched.append((pair, variant))
         if pair == "liger":
             return {"error": "the Liger FLCE, DEL-off run failed (exit 1):\nboom", "wall_s": 1.0}
-        return {"pair": pair, "del": variant == "on", "trainer": "DELTrainer" if variant == "on" else "AxolotlTrainer",
-                "forward": "transformers.x.forward", "attention": "sdpa", "steps": args.warmup + args.steps,
-                "step_time_s": 0.5, "peak_allocated_gib": None, "peak_reserved_gib": None,
-                "last_log": log if variant == "on" else {}, "wall_s": 60.0 if pair == "plain" else 1.0}
+        return {
+            "pair": pair,
+            "del": variant == "on",
+            "trainer": "DELTrainer" if variant == "on" else "AxolotlTrainer",
+            "forward": "transformers.x.forward",
+            "attention": "sdpa",
+            "steps": args.warmup + args.steps,
+            "step_time_s": 0.5,
+            "peak_allocated_gib": None,
+            "peak_reserved_gib": None,
+            "last_log": log if variant == "on" else {},
+            "wall_s": 60.0 if pair == "plain" else 1.0,
+        }
 
     monkeypatch.setattr(gpu_check, "launch", fake_launch)
     monkeypatch.setattr(gpu_check, "unavailable", lambda pair, args: None)
@@ -394,8 +427,11 @@ def test_gpu_check_runs_its_two_axolotl_processes_in_cpu_smoke_mode():
     result parsing) on the CPU with a tiny model; only the GPU-only features differ from a GPU run. The fused
     kernels' pairs (Liger, Cut Cross Entropy) need a GPU: the smoke run says so and runs the plain pair."""
     done = subprocess.run(
-        [sys.executable, str(GPU_CHECK), "--cpu-smoke", "--timeout", "900"], capture_output=True, text=True,
-        timeout=1900, cwd=REPO,
+        [sys.executable, str(GPU_CHECK), "--cpu-smoke", "--timeout", "900"],
+        capture_output=True,
+        text=True,
+        timeout=1900,
+        cwd=REPO,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fake_vocab import VOCAB, V, encode
-from fused_kernels import CALLS, cce_style_forward, liger_on_cpu, restored_forwards
 
 from del_plugin.core import DigitLogitsCapture, digit_targets_from_logits, next_token_places, shift_to_next_token
-
 from del_plugin.core.capture import DigitCaptureError
-
 from del_plugin.core.losses import del_token_losses
-
 from del_plugin.core.places import place_weights
+
+from fake_vocab import VOCAB, V, encode
+from fused_kernels import CALLS, cce_style_forward, liger_on_cpu, restored_forwards
 
 H = 24
 TEXT = "it costs 12.75 and 3,040 more: 1.5"
@@ -29,9 +27,18 @@ def tiny_lora_model(model_type: str, *, head_lora: bool = False):
     from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
     config_class = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[model_type]
-    config = config_class(vocab_size=V, hidden_size=H, intermediate_size=48, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                          pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = config_class(
+        vocab_size=V,
+        hidden_size=H,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(11)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     targets = ["q_proj", "v_proj", "down_proj"] + (["lm_head"] if head_lora else [])
@@ -85,7 +92,8 @@ def test_liger_fused_linear_cross_entropy(model_type):
     reference = ce_plus_del(model, from_logits=True)
     with restored_forwards(), liger_on_cpu():
         getattr(monkey_patch, f"apply_liger_kernel_to_{model_type}")(
-            fused_linear_cross_entropy=True, cross_entropy=False, rope=False, rms_norm=False, swiglu=False)
+            fused_linear_cross_entropy=True, cross_entropy=False, rope=False, rms_norm=False, swiglu=False
+        )
         fused = ce_plus_del(model, from_logits=False)
     assert_same(reference, fused)
 
@@ -113,8 +121,9 @@ def test_fused_forward_with_lora_on_the_head_is_refused():
     with restored_forwards(), liger_on_cpu():
         from liger_kernel.transformers import monkey_patch
 
-        monkey_patch.apply_liger_kernel_to_llama(fused_linear_cross_entropy=True, rope=False, rms_norm=False,
-                                                 swiglu=False)
+        monkey_patch.apply_liger_kernel_to_llama(
+            fused_linear_cross_entropy=True, rope=False, rms_norm=False, swiglu=False
+        )
         with pytest.raises(DigitCaptureError, match="did not run in this forward pass"):
             ce_plus_del(model, from_logits=False)
 
@@ -168,12 +177,16 @@ def test_axolotl_with_every_cross_entropy_kernel(tmp_path, axolotl_data):
     the Cut Cross Entropy forward: every DEL metric is logged in training and evaluation, with the same values."""
     from transformers import LlamaForCausalLM
 
-    runs = {"plain": run_logged(tmp_path / "plain", axolotl_data),
-            "chunked": run_logged(tmp_path / "chunked", axolotl_data, chunked_cross_entropy=True)}
+    runs = {
+        "plain": run_logged(tmp_path / "plain", axolotl_data),
+        "chunked": run_logged(tmp_path / "chunked", axolotl_data, chunked_cross_entropy=True),
+    }
     for name, key in (("liger_flce", "liger_fused_linear_cross_entropy"), ("liger_ce", "liger_cross_entropy")):
         before = CALLS["liger_cross_entropy_kernel"]
         with restored_forwards(), liger_on_cpu():
-            runs[name] = run_logged(tmp_path / name, axolotl_data, plugins=[LIGER, "del_plugin.DELPlugin"], **{key: True})
+            runs[name] = run_logged(
+                tmp_path / name, axolotl_data, plugins=[LIGER, "del_plugin.DELPlugin"], **{key: True}
+            )
             patched = LlamaForCausalLM.forward.__module__
         assert CALLS["liger_cross_entropy_kernel"] > before, name  # Liger's loss ran, not transformers'
         assert (patched == "liger_kernel.transformers.model.llama") == (name == "liger_flce")

@@ -18,10 +18,8 @@ import random
 
 import pytest
 import torch
-from fake_vocab import DIGITS, SPACE_MARKED, V, VOCAB, encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_places import oracle_places
 
 from del_plugin.core import (
     DigitVocab,
@@ -35,6 +33,9 @@ from del_plugin.core import (
 )
 from del_plugin.core.criteria import DIGIT_CRITERIA, dist2_place_weights
 from del_plugin.core.places import NOT_A_DIGIT, place_weights
+
+from fake_vocab import DIGITS, SPACE_MARKED, VOCAB, V, encode
+from test_places import oracle_places
 
 FUZZ = settings(max_examples=150, deadline=None)
 
@@ -207,8 +208,15 @@ def extreme_logits(pattern: str, labels: torch.Tensor, dtype, seed: int = 0) -> 
     return z.to(dtype)
 
 
-PATTERNS = ["all +1e4", "all -1e4", "all equal", "random signs", "target +1e4, rest -1e4",
-            "target -1e4, rest +1e4", "wrong digit +1e4"]
+PATTERNS = [
+    "all +1e4",
+    "all -1e4",
+    "all equal",
+    "random signs",
+    "target +1e4, rest -1e4",
+    "target -1e4, rest +1e4",
+    "wrong digit +1e4",
+]
 
 
 def value_and_grad(which, logits, labels, places, reduction, path, **kwargs):

@@ -6,19 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from fake_vocab import VOCAB, V, encode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from del_plugin.core import DigitLogitsCapture, digit_targets_from_hidden, digit_targets_from_logits, number_places
-
 from del_plugin.core.capture import DigitCaptureError
-
+from del_plugin.core.hidden import digit_logits_from_hidden, select_digit_family
 from del_plugin.core.losses import del_token_losses
-
-from del_plugin.core.hidden import digit_logits_from_hidden
-
 from del_plugin.core.places import place_weights
-from del_plugin.core.hidden import select_digit_family
+
+from fake_vocab import VOCAB, V, encode
 
 TEXT = "pay 1,234.50 for ⁷8 items, not 42 or .5"
 H = 24
@@ -129,8 +125,11 @@ class _AllocationsOfSize(TorchDispatchMode):
         inputs = torch.utils._pytree.tree_leaves((args, kwargs))
         storages = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
         for t in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(t, torch.Tensor) and t.numel() == self.numel \
-                    and t.untyped_storage().data_ptr() not in storages:
+            if (
+                isinstance(t, torch.Tensor)
+                and t.numel() == self.numel
+                and t.untyped_storage().data_ptr() not in storages
+            ):
                 self.ops.append(str(func))
         return out
 
@@ -190,9 +189,19 @@ def tiny_causal_lm(model_type: str = "llama", *, tie: bool = False, dtype=torch.
     from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
     config_class = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[model_type]
-    config = config_class(vocab_size=V, hidden_size=H, intermediate_size=48, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                          tie_word_embeddings=tie, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = config_class(
+        vocab_size=V,
+        hidden_size=H,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=tie,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(5)
     return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
 
@@ -254,7 +263,9 @@ def train_step(model, path: str, alpha: float = 0.7) -> dict[str, torch.Tensor]:
     capture = DigitLogitsCapture(model, VOCAB)
     with capture:
         out = model(**batch)
-    digit = capture.digit_targets(targets) if path == "hidden" else digit_targets_from_logits(out.logits, targets, VOCAB)
+    digit = (
+        capture.digit_targets(targets) if path == "hidden" else digit_targets_from_logits(out.logits, targets, VOCAB)
+    )
     (out.loss + alpha * digit_term(digit, places)).backward()
     capture.remove()
     return full_gradients(model)
@@ -302,13 +313,21 @@ def test_lora_on_the_head_with_dropout_reads_the_adapted_head():
     with capture:
         out = model(**batch)  # one dropout mask, seen by both the logits and the capture
     targets = shifted(batch["labels"])
-    torch.testing.assert_close(capture.digit_targets(targets).logits,
-                               digit_targets_from_logits(out.logits, targets, VOCAB).logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        capture.digit_targets(targets).logits,
+        digit_targets_from_logits(out.logits, targets, VOCAB).logits,
+        rtol=1e-5,
+        atol=1e-5,
+    )
     model.eval()
     with model.disable_adapter(), capture:  # the base head alone: the adapter is not expected then
         base = model(**batch)
-    torch.testing.assert_close(capture.digit_targets(targets).logits,
-                               digit_targets_from_logits(base.logits, targets, VOCAB).logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        capture.digit_targets(targets).logits,
+        digit_targets_from_logits(base.logits, targets, VOCAB).logits,
+        rtol=1e-5,
+        atol=1e-5,
+    )
     model.train()
     torch.manual_seed(9)
     hidden_grads = train_step(model, "hidden")
@@ -341,9 +360,11 @@ def test_dora_on_the_head_is_refused():
 
 @pytest.mark.parametrize(
     ("model_type", "extra", "words"),
-    [("gemma2", {"final_logit_softcapping": 30.0}, "model_type 'gemma2'"),
-     ("cohere", {"logit_scale": 0.0625}, "model_type 'cohere'"),
-     ("llama", {"logits_scaling": 8.0}, "logits_scaling=8.0")],
+    [
+        ("gemma2", {"final_logit_softcapping": 30.0}, "model_type 'gemma2'"),
+        ("cohere", {"logit_scale": 0.0625}, "model_type 'cohere'"),
+        ("llama", {"logits_scaling": 8.0}, "logits_scaling=8.0"),
+    ],
 )
 def test_unverified_architectures_are_refused(model_type, extra, words):
     from transformers import AutoConfig

@@ -24,7 +24,7 @@ MARKER = "<!-- run by tests/test_hosts_doc.py"
 def custom_loop_block() -> str:
     text = DOC.read_text(encoding="utf-8")
     assert text.count(MARKER) == 1
-    match = re.search(r"```python\n(.*?)```", text[text.index(MARKER):], re.DOTALL)
+    match = re.search(r"```python\n(.*?)```", text[text.index(MARKER) :], re.DOTALL)
     assert match, "no python block after the marker"
     return match.group(1)
 
@@ -45,8 +45,7 @@ def loop():
     rows = sorted(gsm8k_rows(40), key=lambda r: sum(ch.isdigit() for ch in r["answer"]))
     features = [tokenize(tokenizer, rows[i]) for i in (0, 13, 26, 39)]
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    namespace = {"model": model, "tokenizer": tokenizer, "features": features, "micro_batch_size": 2,
-                 "grad_accum": 2}
+    namespace = {"model": model, "tokenizer": tokenizer, "features": features, "micro_batch_size": 2, "grad_accum": 2}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(custom_loop_block(), str(DOC), "exec"), namespace)  # noqa: S102 - the documented code itself

@@ -7,11 +7,17 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from fake_vocab import V, VOCAB, encode
 
-from del_plugin.core import PlaceWeighting, digit_entropy_loss, digit_targets_from_hidden, digit_targets_from_logits, number_places
-
+from del_plugin.core import (
+    PlaceWeighting,
+    digit_entropy_loss,
+    digit_targets_from_hidden,
+    digit_targets_from_logits,
+    number_places,
+)
 from del_plugin.core.places import NOT_A_DIGIT
+
+from fake_vocab import VOCAB, V, encode
 
 LN2 = math.log(2.0)
 
@@ -75,7 +81,11 @@ def slow_del(logits, labels, places, weighting=PlaceWeighting()):
                 bce = max(z[k], 0) - z[k] * target + math.log1p(math.exp(-abs(z[k])))
                 total += p * bce
             i = int(places[b, t])
-            u = (weighting.integer_slope * (i + 1) if i >= 0 else weighting.decimal_base ** (i - 1)) if weighting.enabled else 1.0
+            u = (
+                (weighting.integer_slope * (i + 1) if i >= 0 else weighting.decimal_base ** (i - 1))
+                if weighting.enabled
+                else 1.0
+            )
             terms.append(u * total / 10)
     return sum(terms) / max(len(terms), 1)
 
@@ -166,7 +176,10 @@ def test_no_digit_gives_zero_not_nan():
     loss.backward()
     assert torch.isfinite(logits.grad).all()
     empty = torch.zeros(0, V, requires_grad=True)
-    assert digit_entropy_loss(empty, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.int32), VOCAB).item() == 0.0
+    assert (
+        digit_entropy_loss(empty, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.int32), VOCAB).item()
+        == 0.0
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

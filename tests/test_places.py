@@ -7,13 +7,14 @@ import math
 
 import pytest
 import torch
-from fake_vocab import DIGITS, SPACE_MARKED, TOKEN_ID, V, VOCAB, encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from places_oracle import oracle_next_token_places, oracle_number_places
 
 from del_plugin.core import DigitVocab, PlaceWeighting, next_token_places, number_places, shift_to_next_token
 from del_plugin.core.places import NOT_A_DIGIT, _places_torch, place_weights
+
+from fake_vocab import DIGITS, SPACE_MARKED, TOKEN_ID, VOCAB, encode
+from places_oracle import oracle_next_token_places, oracle_number_places
 
 N = None  # "not a digit" in the expected lists below
 
@@ -184,6 +185,7 @@ def test_oracle_agrees_with_hand_examples():
 # `number_places` reads CPU tensors with NumPy and other devices with a torch pass; both must give exactly what the
 # previous implementation (kept in tests/places_oracle.py) gives, on every kind of token the vocabulary knows.
 
+
 def token_kinds(vocab: DigitVocab, others: list[int]) -> dict[str, list[int]]:
     table = vocab.table_size
     return {
@@ -328,8 +330,10 @@ def llama_answers():
     tokenizer = load_tokenizer("llama-spm")
     vocab = DigitVocab.from_tokenizer(tokenizer, name="llama-spm")
     question = [tokenizer(row["question"], add_special_tokens=False)["input_ids"] for row in gsm8k_rows(96)]
-    answer = [tokenizer(row["answer"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-              for row in gsm8k_rows(96)]
+    answer = [
+        tokenizer(row["answer"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        for row in gsm8k_rows(96)
+    ]
     return vocab, question, answer
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
-from trainer_checks import GradientCapture, assert_parts_logged, load_example, train_logs
 
 from del_plugin.collator import NumberSpanCollator
+
+from trainer_checks import GradientCapture, assert_parts_logged, load_example, train_logs
 
 example = load_example("plain_hf_trainer")
 
@@ -31,12 +31,22 @@ def test_plain_trainer_runs_and_adds_del(tmp_path):
     assert first_loss[5.0] > first_loss[0.0] + 0.1
 
 
-
 def first_step_gradients(tmp_path, batch_size: int, grad_accum: int) -> dict[str, torch.Tensor]:
     trainer = example.build_trainer(
-        ["--output-dir", str(tmp_path), "--max-steps", "1", "--alpha", "2.0", "--batch-size", str(batch_size),
-         "--grad-accum", str(grad_accum)],
-        max_grad_norm=0.0, learning_rate=1e-4,
+        [
+            "--output-dir",
+            str(tmp_path),
+            "--max-steps",
+            "1",
+            "--alpha",
+            "2.0",
+            "--batch-size",
+            str(batch_size),
+            "--grad-accum",
+            str(grad_accum),
+        ],
+        max_grad_norm=0.0,
+        learning_rate=1e-4,
     )
     capture = GradientCapture()
     trainer.add_callback(capture)

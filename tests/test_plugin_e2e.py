@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
+
+from del_plugin.assets import gsm8k_rows, tiny_model_dir
+from del_plugin.collator import NumberSpanCollator
+from del_plugin.cpu import write_alpaca_jsonl
+from del_plugin.trainer import DELTrainer
+
 from axolotl_helpers import cpu_config, load_config, run_axolotl
 from trainer_checks import GradientCapture, assert_parts_logged, eval_logs, train_logs
 
-from del_plugin.assets import gsm8k_rows, tiny_model_dir
-from del_plugin.cpu import write_alpaca_jsonl
-from del_plugin.collator import NumberSpanCollator
-from del_plugin.trainer import DELTrainer
-
 pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def model_dir():
@@ -30,8 +30,14 @@ def test_lora_with_eval_logs_every_part_and_del_falls(tmp_path, model_dir, datas
     # A large alpha: under cross-entropy alone, L_num of this tiny random model *rises* (CE lifts all digit
     # logits, and BCE on raw logits penalises that); DEL has to win against it to fall.
     cfg = cpu_config(
-        tmp_path, model_dir, dataset,
-        val_set_size=0.25, eval_steps=8, max_steps=16, learning_rate=3e-2, del_alpha=20.0,
+        tmp_path,
+        model_dir,
+        dataset,
+        val_set_size=0.25,
+        eval_steps=8,
+        max_steps=16,
+        learning_rate=3e-2,
+        del_alpha=20.0,
     )
     trainer = run_axolotl(cfg)
     assert isinstance(trainer, DELTrainer)
@@ -62,8 +68,14 @@ def test_qlora_4bit(tmp_path, model_dir, dataset):
 
 def test_sample_packing(tmp_path, model_dir, dataset):
     cfg = cpu_config(
-        tmp_path, model_dir, dataset, sample_packing=True, eval_sample_packing=False, sequence_len=512,
-        micro_batch_size=1, max_steps=3,
+        tmp_path,
+        model_dir,
+        dataset,
+        sample_packing=True,
+        eval_sample_packing=False,
+        sequence_len=512,
+        micro_batch_size=1,
+        max_steps=3,
     )
     trainer = run_axolotl(cfg)
     from axolotl.utils.collators import V2BatchSamplerDataCollatorForSeq2Seq
@@ -91,7 +103,6 @@ def test_alpha_zero_gives_plain_axolotl_losses(tmp_path, model_dir, dataset):
         assert log["del_loss"] == 0.0 and log["del_l_num"] > 0 and log["ce_loss"] == log["loss"]
 
 
-
 def first_step_gradients(cfg) -> dict[str, torch.Tensor]:
     from axolotl.common.datasets import load_datasets
     from axolotl.train import setup_model_and_trainer
@@ -110,18 +121,21 @@ def test_gradient_is_independent_of_micro_batching(tmp_path, model_dir, monkeypa
     rows = [rows[0], rows[13], rows[26], rows[39]]
     data = write_alpaca_jsonl(tmp_path / "four.jsonl", rows)
     common = dict(max_steps=1, del_alpha=2.0, max_grad_norm=0.0, learning_rate=1e-4)
-    one_by_four = first_step_gradients(cpu_config(tmp_path / "ga4", model_dir, data, micro_batch_size=1,
-                                                  gradient_accumulation_steps=4, **common))
-    four_by_one = first_step_gradients(cpu_config(tmp_path / "ga1", model_dir, data, micro_batch_size=4,
-                                                  gradient_accumulation_steps=1, **common))
+    one_by_four = first_step_gradients(
+        cpu_config(tmp_path / "ga4", model_dir, data, micro_batch_size=1, gradient_accumulation_steps=4, **common)
+    )
+    four_by_one = first_step_gradients(
+        cpu_config(tmp_path / "ga1", model_dir, data, micro_batch_size=4, gradient_accumulation_steps=1, **common)
+    )
     assert one_by_four.keys() == four_by_one.keys() and len(one_by_four) > 0
     for name in one_by_four:
         torch.testing.assert_close(one_by_four[name], four_by_one[name], rtol=1e-4, atol=1e-6, msg=name)
 
     # Control: normalising DEL per micro-batch (the reference scripts' mean) moves the gradient.
     monkeypatch.setattr(DELTrainer, "get_batch_samples", per_micro_batch_samples)
-    per_micro = first_step_gradients(cpu_config(tmp_path / "ref", model_dir, data, micro_batch_size=1,
-                                                gradient_accumulation_steps=4, **common))
+    per_micro = first_step_gradients(
+        cpu_config(tmp_path / "ref", model_dir, data, micro_batch_size=1, gradient_accumulation_steps=4, **common)
+    )
     differs = [n for n in per_micro if not torch.allclose(per_micro[n], four_by_one[n], rtol=1e-3, atol=1e-5)]
     assert differs
 

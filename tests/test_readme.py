@@ -33,8 +33,12 @@ def test_readme_standalone_example_runs_on_a_bf16_model():
         prompt = tokenizer(row["question"] + "\n")["input_ids"]
         answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"]
         features.append({"input_ids": prompt + answer, "labels": [-100] * len(prompt) + answer})
-    scope = {"tokenizer": tokenizer, "model": model, "features": features,
-             "DataCollatorForSeq2Seq": DataCollatorForSeq2Seq}
+    scope = {
+        "tokenizer": tokenizer,
+        "model": model,
+        "features": features,
+        "DataCollatorForSeq2Seq": DataCollatorForSeq2Seq,
+    }
     exec(compile(standalone_example(), "README.md", "exec"), scope)
 
     assert scope["outputs"].logits.dtype == torch.bfloat16

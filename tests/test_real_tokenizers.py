@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from del_plugin.assets import gsm8k_rows
 
-from del_plugin.assets import load_tokenizer
+from del_plugin.assets import gsm8k_rows, load_tokenizer
 from del_plugin.core import DigitVocab, number_places
 from del_plugin.core.places import NOT_A_DIGIT
 from del_plugin.core.vocab import MultiDigitTokenizerError

@@ -6,11 +6,12 @@ import math
 
 import pytest
 import torch
-from axolotl_helpers import cpu_config, load_config, refused, run_axolotl
-from trainer_checks import train_logs
 
 from del_plugin.assets import gsm8k_rows, tiny_model_dir
 from del_plugin.cpu import write_alpaca_jsonl
+
+from axolotl_helpers import cpu_config, load_config, refused, run_axolotl
+from trainer_checks import train_logs
 
 PARTS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
 
@@ -44,8 +45,10 @@ def test_alpha_bounds_follow_the_criterion(base):
     assert load_config(base(del_criterion="del", del_alpha=2.56)).del_alpha == 2.56
 
 
-@pytest.mark.parametrize(("typo", "meant"), [("del_alpah", "del_alpha"), ("del_criterium", "del_criterion"),
-                                             ("del_decimal_bse", "del_decimal_base")])
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("del_alpah", "del_alpha"), ("del_criterium", "del_criterion"), ("del_decimal_bse", "del_decimal_base")],
+)
 def test_a_misspelled_key_is_refused_with_the_closest_name(base, typo, meant):
     cfg = base()
     cfg[typo] = 0.5
@@ -92,11 +95,21 @@ def test_fully_masked_batches_log_finite_parts_that_sum_to_the_loss(tmp_path):
         labels = [-100] * len(ids) if i in (2, 3) else ids  # the second step's batch is fully masked
         rows.append({"input_ids": ids, "labels": labels})
     trainer = DELTrainer(
-        model=AutoModelForCausalLM.from_pretrained(model_dir), processing_class=tokenizer,
-        args=TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=2,
-                               logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0,
-                               learning_rate=1e-3),
-        train_dataset=rows, data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True),
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        processing_class=tokenizer,
+        args=TrainingArguments(
+            output_dir=str(tmp_path),
+            max_steps=3,
+            per_device_train_batch_size=2,
+            logging_steps=1,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            seed=0,
+            learning_rate=1e-3,
+        ),
+        train_dataset=rows,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True),
         del_settings=DELSettings(alpha=0.5),
     )
     trainer.train()
@@ -114,14 +127,22 @@ def test_fully_masked_batches_log_finite_parts_that_sum_to_the_loss(tmp_path):
 def test_resumed_run_logs_what_the_uninterrupted_run_logs(tmp_path):
     data = write_alpaca_jsonl(tmp_path / "d.jsonl", gsm8k_rows(24))
     model_dir = tiny_model_dir("llama-spm")
-    common = dict(max_steps=6, save_strategy="steps", save_steps=3, logging_steps=1, del_alpha=0.5,
-                  micro_batch_size=2, gradient_accumulation_steps=2)
+    common = dict(
+        max_steps=6,
+        save_strategy="steps",
+        save_steps=3,
+        logging_steps=1,
+        del_alpha=0.5,
+        micro_batch_size=2,
+        gradient_accumulation_steps=2,
+    )
     whole = train_logs(run_axolotl(cpu_config(tmp_path / "whole", model_dir, data, **common)))
     run_axolotl(cpu_config(tmp_path / "cut", model_dir, data, **{**common, "max_steps": 3}))
     checkpoint = tmp_path / "cut" / "out" / "checkpoint-3"
     assert checkpoint.is_dir()
-    resumed = train_logs(run_axolotl(cpu_config(tmp_path / "cut", model_dir, data, **common,
-                                                resume_from_checkpoint=str(checkpoint))))
+    resumed = train_logs(
+        run_axolotl(cpu_config(tmp_path / "cut", model_dir, data, **common, resume_from_checkpoint=str(checkpoint)))
+    )
     after = [log for log in resumed if log["step"] > 3]
     assert [log["step"] for log in after] == [4, 5, 6]
     for got, want in zip(after, [log for log in whole if log["step"] > 3]):

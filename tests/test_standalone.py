@@ -36,8 +36,12 @@ def escapes(relpath: str, text: str) -> list[str]:
         code = line.split("#", 1)[0] if relpath.endswith(".py") else line
         climbs = [int(n) + 1 for n in _PARENTS.findall(code)]  # parents[0] is one step up: the file's folder
         climbs += [chain.count(".parent") for chain in _PARENT_CHAIN.findall(code)]
-        if any(up > steps_to_root for up in climbs) or _ROOT_PARENT.search(code) or _DOTDOT.search(code) \
-                or _BESIDE.search(code):
+        if (
+            any(up > steps_to_root for up in climbs)
+            or _ROOT_PARENT.search(code)
+            or _DOTDOT.search(code)
+            or _BESIDE.search(code)
+        ):
             found.append(f"{relpath}:{number}: {line.strip()}")
     return found
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 
@@ -57,7 +58,7 @@ def test_settings_and_plan():
     assert parse_setting("dist2:1.28").folder == "dist2-a1.28"
     assert [parse_setting(s).key for s in DEFAULT_SETTINGS] == list(DEFAULT_SETTINGS)
     for bad in ("del", "mixce:0.5", "del:-1", "del:x"):
-        with pytest.raises(Exception):
+        with pytest.raises(argparse.ArgumentTypeError):
             parse_setting(bad)
     a, b = Setting("del", 0.0), Setting("del", 1.0)
     # seed-major: a stopped sweep has every setting on its first seeds
@@ -110,16 +111,35 @@ def test_data_is_written_once(tmp_path):
 def _generations(path, correct, abs_error, tf_correct, tf_entropy):
     with open(path, "w") as handle:
         for line, (c, e, k, h) in enumerate(zip(correct, abs_error, tf_correct, tf_entropy), 1):
-            handle.write(json.dumps({"dataset": "heldout", "line": line, "correct": c, "abs_error": e,
-                                     "prediction": str(10 + e), "reference": "10", "tf_digits": 2,
-                                     "tf_digits_correct": k, "tf_entropy_sum": h}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "dataset": "heldout",
+                        "line": line,
+                        "correct": c,
+                        "abs_error": e,
+                        "prediction": str(10 + e),
+                        "reference": "10",
+                        "tf_digits": 2,
+                        "tf_digits_correct": k,
+                        "tf_entropy_sum": h,
+                    }
+                )
+                + "\n"
+            )
     return str(path)
 
 
 def _run(setting, seed, accuracy, entropy, generations=None):
     metrics = {m.key: 0.5 for m in METRICS} | {"accuracy": accuracy, "tf_entropy": entropy}
-    return {"setting": setting, "seed": seed, "metrics": metrics, "generations": generations,
-            "spec": {"criterion": "del", "alpha": float(setting.split(":")[1])}, "timing": {"train_s": 60}}
+    return {
+        "setting": setting,
+        "seed": seed,
+        "metrics": metrics,
+        "generations": generations,
+        "spec": {"criterion": "del", "alpha": float(setting.split(":")[1])},
+        "timing": {"train_s": 60},
+    }
 
 
 def test_aggregate_and_paired_differences():
@@ -146,13 +166,19 @@ def statistics_sd(values):
 
 def test_per_problem_counts_pool_over_seeds(tmp_path):
     # reference and setting on two seeds, four problems each; lower is better for errors and entropy
-    ref = [_generations(tmp_path / f"ref{s}.jsonl", [True, False, False, True], [0, 3, 5, 0], [2, 1, 0, 2],
-                        [1.0, 1.0, 1.0, 1.0]) for s in (1, 2)]
+    ref = [
+        _generations(
+            tmp_path / f"ref{s}.jsonl", [True, False, False, True], [0, 3, 5, 0], [2, 1, 0, 2], [1.0, 1.0, 1.0, 1.0]
+        )
+        for s in (1, 2)
+    ]
     new = [
-        _generations(tmp_path / "new1.jsonl", [True, True, False, False], [0, 0, 7, 1], [2, 2, 1, 1],
-                     [0.5, 1.0, 0.8, 1.2]),
-        _generations(tmp_path / "new2.jsonl", [True, True, True, True], [0, 0, 0, 0], [2, 2, 2, 2],
-                     [0.5, 0.5, 0.5, 0.5]),
+        _generations(
+            tmp_path / "new1.jsonl", [True, True, False, False], [0, 0, 7, 1], [2, 2, 1, 1], [0.5, 1.0, 0.8, 1.2]
+        ),
+        _generations(
+            tmp_path / "new2.jsonl", [True, True, True, True], [0, 0, 0, 0], [2, 2, 2, 2], [0.5, 0.5, 0.5, 0.5]
+        ),
     ]
     runs = [_run("del:0", s, 0.5, 1.0, ref[s - 1]) for s in (1, 2)]
     runs += [_run("del:0.1", 1, 0.5, 0.875, new[0]), _run("del:0.1", 2, 1.0, 0.5, new[1])]
@@ -172,16 +198,21 @@ def test_per_problem_counts_pool_over_seeds(tmp_path):
 
 
 def test_markdown_and_plot(tmp_path):
-    runs = [_run(setting, s, 0.2 + 0.01 * s, 1.4 - 0.01 * s) for setting in ("del:0", "del:0.3", "ntl_was:0.3")
-            for s in (1, 2, 3)]
+    runs = [
+        _run(setting, s, 0.2 + 0.01 * s, 1.4 - 0.01 * s)
+        for setting in ("del:0", "del:0.3", "ntl_was:0.3")
+        for s in (1, 2, 3)
+    ]
     for r in runs[-3:]:
         r["spec"]["criterion"] = "ntl_was"
     text = results_markdown(runs, "del:0", base={m.key: 0.1 for m in METRICS})
     assert "| del:0.3 | 3 | 22.0 [" in text and "| base model (no fine-tune) | - | 10.0 |" in text
     assert "## Paired against del:0, same seeds" in text and "| ntl_was:0.3 | 3 | +0.0 [+0.0, +0.0] |" in text
     assert text.count("| ntl_was:0.3 |") == 1 + 1 + 3  # per setting, paired, one row per run
-    settings = [{"label": k, "criterion": k.split(":")[0], "alpha": float(k.split(":")[1])}
-                for k in ("del:0", "del:0.3", "ntl_was:0.3")]
+    settings = [
+        {"label": k, "criterion": k.split(":")[0], "alpha": float(k.split(":")[1])}
+        for k in ("del:0", "del:0.3", "ntl_was:0.3")
+    ]
     path = plot_sweep(runs, settings, "del:0", tmp_path / "plot.png", base=None)
     assert path.is_file() and path.stat().st_size > 10_000
 
@@ -192,8 +223,13 @@ def test_status_lists_the_plan_and_refuses_other_settings(tmp_path, capsys):
     args = ["--out", str(tmp_path), "--settings", "del:0.1", "--seeds", "1", "2", "--steps", "2", "--eval-size", "3"]
     assert main(args + ["--status"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines == ["new      base model", "new      del:0 seed 1", "new      del:0.1 seed 1", "new      del:0 seed 2",
-                     "new      del:0.1 seed 2"]
+    assert lines == [
+        "new      base model",
+        "new      del:0 seed 1",
+        "new      del:0.1 seed 1",
+        "new      del:0 seed 2",
+        "new      del:0.1 seed 2",
+    ]
     assert len((tmp_path / "data" / "train.jsonl").read_text().splitlines()) == 8  # steps x micro-batch
     assert len((tmp_path / "data" / "heldout.jsonl").read_text().splitlines()) == 3
     with pytest.raises(SystemExit, match="another --out"):

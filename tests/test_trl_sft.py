@@ -10,7 +10,6 @@ import math
 import pytest
 import torch
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
-from trainer_checks import GradientCapture, check_run, load_example, train_logs
 
 from del_plugin.assets import gsm8k_rows, load_tokenizer
 from del_plugin.collator import TARGET_PLACES_KEY, NumberSpanCollator
@@ -18,6 +17,8 @@ from del_plugin.core import DigitVocab, next_token_places
 from del_plugin.core.places import NOT_A_DIGIT
 from del_plugin.hf import DELSettings
 from del_plugin.hf.trl import DELSFTTrainer, check_sft_loss
+
+from trainer_checks import GradientCapture, check_run, load_example, train_logs
 
 example = load_example("trl_sft")
 
@@ -40,28 +41,34 @@ def test_packed_places_are_each_samples_own():
 
     samples = [encode(t) for t in ("costs 12", "345 apples and 5.25", "7", "86 or 90.5")]
     assert all(tokenizer.convert_ids_to_tokens(s[0]).isdigit() for s in samples[1:])  # digits at both ends
-    features = [{"input_ids": samples[0] + samples[1], "seq_lengths": [len(samples[0]), len(samples[1])]},
-                {"input_ids": samples[2] + samples[3], "seq_lengths": [len(samples[2]), len(samples[3])]}]
-    collator = NumberSpanCollator(DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True,
-                                                                  pad_to_multiple_of=8), vocab)
+    features = [
+        {"input_ids": samples[0] + samples[1], "seq_lengths": [len(samples[0]), len(samples[1])]},
+        {"input_ids": samples[2] + samples[3], "seq_lengths": [len(samples[2]), len(samples[3])]},
+    ]
+    collator = NumberSpanCollator(
+        DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True, pad_to_multiple_of=8), vocab
+    )
     batch = collator(features)
     assert batch["labels"].shape[0] == 1 and "position_ids" in batch and "attention_mask" not in batch
     # each sample alone, its first label masked as the collator masks it
     expected = torch.cat([next_token_places(torch.tensor([[-100] + s[1:]]), vocab)[0] for s in samples])
     places = batch[TARGET_PLACES_KEY][0]
     assert torch.equal(places[: len(expected)], expected)
-    assert (places[len(expected):] == NOT_A_DIGIT).all()  # pad_to_multiple_of padding
+    assert (places[len(expected) :] == NOT_A_DIGIT).all()  # pad_to_multiple_of padding
     # targets 12 | (3)45 5.25 | (7) | (8)6 90.5, the first digit of a sample masked: "12" and "45" stay two numbers
     assert (expected != NOT_A_DIGIT).sum() == 2 + 5 + 0 + 4
-    assert places[len(samples[0]) - 3: len(samples[0]) + 2].tolist() == [1, 0, NOT_A_DIGIT, 1, 0]
+    assert places[len(samples[0]) - 3 : len(samples[0]) + 2].tolist() == [1, 0, NOT_A_DIGIT, 1, 0]
 
 
 # ---------------------------------------------------------------------------------------------- refusals
-@pytest.mark.parametrize("config, match", [
-    ({"loss_type": "dft"}, "loss_type='dft'"),
-    ({"loss_type": "chunked_nll"}, "loss_type='nll'"),
-    ({"loss_type": "nll", "use_liger_kernel": True}, "use_liger_kernel=False"),
-])
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        ({"loss_type": "dft"}, "loss_type='dft'"),
+        ({"loss_type": "chunked_nll"}, "loss_type='nll'"),
+        ({"loss_type": "nll", "use_liger_kernel": True}, "use_liger_kernel=False"),
+    ],
+)
 def test_token_criterion_refused_with_sft_losses_it_cannot_replace(config, match):
     from types import SimpleNamespace
 
@@ -73,8 +80,9 @@ def test_token_criterion_refused_with_sft_losses_it_cannot_replace(config, match
 @pytest.mark.e2e
 def test_token_criterion_with_dft_refused_by_the_trainer(tmp_path):
     with pytest.raises(ValueError, match="loss_type='dft'"):
-        example.build_trainer(["--output-dir", str(tmp_path), "--criterion", "mixce", "--loss-type", "dft",
-                               "--rows", "2"])
+        example.build_trainer(
+            ["--output-dir", str(tmp_path), "--criterion", "mixce", "--loss-type", "dft", "--rows", "2"]
+        )
 
 
 # ---------------------------------------------------------------------------------------------- training runs
@@ -95,8 +103,21 @@ def test_padded_completion_only_chunked_nll_with_eval(tmp_path):
 
 @pytest.mark.e2e
 def test_packed_padding_free_nll_with_eval(tmp_path):
-    trainer = example.main(["--output-dir", str(tmp_path), "--max-steps", "2", "--eval-steps", "2", "--rows", "8",
-                            "--packing", "--loss-type", "nll"])
+    trainer = example.main(
+        [
+            "--output-dir",
+            str(tmp_path),
+            "--max-steps",
+            "2",
+            "--eval-steps",
+            "2",
+            "--rows",
+            "8",
+            "--packing",
+            "--loss-type",
+            "nll",
+        ]
+    )
     assert trainer.data_collator.collator.padding_free
     check_run(trainer, steps=2, evaluations=1)
     batch = next(iter(trainer.get_train_dataloader()))
@@ -105,8 +126,22 @@ def test_packed_padding_free_nll_with_eval(tmp_path):
 
 @pytest.mark.e2e
 def test_token_criterion_with_nll(tmp_path):
-    trainer = example.main(["--output-dir", str(tmp_path), "--max-steps", "1", "--rows", "2", "--criterion", "mixce",
-                            "--alpha", "0.5", "--loss-type", "nll"])
+    trainer = example.main(
+        [
+            "--output-dir",
+            str(tmp_path),
+            "--max-steps",
+            "1",
+            "--rows",
+            "2",
+            "--criterion",
+            "mixce",
+            "--alpha",
+            "0.5",
+            "--loss-type",
+            "nll",
+        ]
+    )
     (log,) = train_logs(trainer)
     assert math.isfinite(log["loss"]) and log["del_loss"] == 0.0 and log["digit_targets"] > 0
     assert log["loss"] != pytest.approx(log["ce_loss"])  # mixce's loss, CE logged beside it
@@ -122,11 +157,26 @@ def test_liger_fused_loss_with_eval(tmp_path):
     before = CALLS["liger_cross_entropy_kernel"]
     with restored_forwards(), liger_on_cpu():
         trainer = example.build_trainer(
-            ["--output-dir", str(tmp_path), "--max-steps", "2", "--eval-steps", "2", "--rows", "4",
-             "--loss-type", "nll"],
+            [
+                "--output-dir",
+                str(tmp_path),
+                "--max-steps",
+                "2",
+                "--eval-steps",
+                "2",
+                "--rows",
+                "4",
+                "--loss-type",
+                "nll",
+            ],
             use_liger_kernel=True,  # only the fused loss: Liger's other kernels have no CPU stand-ins
-            liger_kernel_config={"fused_linear_cross_entropy": True, "cross_entropy": False, "rope": False,
-                                 "rms_norm": False, "swiglu": False},
+            liger_kernel_config={
+                "fused_linear_cross_entropy": True,
+                "cross_entropy": False,
+                "rope": False,
+                "rms_norm": False,
+                "swiglu": False,
+            },
         )
         trainer.train()
     assert CALLS["liger_cross_entropy_kernel"] > before
@@ -135,11 +185,26 @@ def test_liger_fused_loss_with_eval(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- normalisation
 
+
 def first_step_gradients(tmp_path, rows, batch_size: int, grad_accum: int, argv=(), **config) -> dict:
     trainer = example.build_trainer(
-        ["--output-dir", str(tmp_path), "--max-steps", "1", "--alpha", "2.0", "--batch-size", str(batch_size),
-         "--grad-accum", str(grad_accum), *argv],
-        rows=rows, max_grad_norm=0.0, learning_rate=1e-4, **config,
+        [
+            "--output-dir",
+            str(tmp_path),
+            "--max-steps",
+            "1",
+            "--alpha",
+            "2.0",
+            "--batch-size",
+            str(batch_size),
+            "--grad-accum",
+            str(grad_accum),
+            *argv,
+        ],
+        rows=rows,
+        max_grad_norm=0.0,
+        learning_rate=1e-4,
+        **config,
     )
     capture = GradientCapture()
     trainer.add_callback(capture)
@@ -163,11 +228,15 @@ def four_rows():
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("argv, config", [
-    ((), {}),  # padded, TRL's default loss (chunked_nll: the model normalises by the step's token count)
-    # one row of four samples vs one sample a row; DFT is a compute_loss_func
-    (("--loss-type", "dft"), {"padding_free": True, "max_length": None}),
-], ids=["padded-chunked_nll", "padding_free-dft"])
+@pytest.mark.parametrize(
+    "argv, config",
+    [
+        ((), {}),  # padded, TRL's default loss (chunked_nll: the model normalises by the step's token count)
+        # one row of four samples vs one sample a row; DFT is a compute_loss_func
+        (("--loss-type", "dft"), {"padding_free": True, "max_length": None}),
+    ],
+    ids=["padded-chunked_nll", "padding_free-dft"],
+)
 def test_gradient_is_independent_of_micro_batching(tmp_path, four_rows, argv, config, monkeypatch):
     one_by_four = first_step_gradients(tmp_path / "ga4", four_rows, 1, 4, argv, **config)
     four_by_one = first_step_gradients(tmp_path / "ga1", four_rows, 4, 1, argv, **config)

@@ -5,10 +5,11 @@ padding-free BFD packing. The tiny-model runs and the gradient checks are in tes
 from __future__ import annotations
 
 import pytest
-from trainer_checks import check_run, load_example
 
 from del_plugin.assets import gsm8k_rows, smollm2_dir
 from del_plugin.collator import NumberSpanCollator
+
+from trainer_checks import check_run, load_example
 
 pytestmark = pytest.mark.e2e
 
@@ -20,15 +21,32 @@ def shortest(n: int, split: str) -> list[dict]:
     return sorted(gsm8k_rows(200, split=split), key=lambda r: len(r["question"]) + len(r["answer"]))[:n]
 
 
-@pytest.mark.parametrize("argv, evaluations", [
-    (["--chat", "--eval-steps", "2", "--max-length", "128"], 1),
-    (["--packing", "--max-length", "192"], 0),  # two samples a row
-], ids=["chat-padded-eval", "packed"])
+@pytest.mark.parametrize(
+    "argv, evaluations",
+    [
+        (["--chat", "--eval-steps", "2", "--max-length", "128"], 1),
+        (["--packing", "--max-length", "192"], 0),  # two samples a row
+    ],
+    ids=["chat-padded-eval", "packed"],
+)
 def test_smollm2(tmp_path, argv, evaluations):
     trainer = example.build_trainer(
-        ["--model", str(smollm2_dir()), "--output-dir", str(tmp_path), "--max-steps", "2", "--batch-size", "1",
-         "--alpha", "1.0", "--lora", *argv],
-        rows=shortest(4, "train"), eval_rows=shortest(1, "test"),
+        [
+            "--model",
+            str(smollm2_dir()),
+            "--output-dir",
+            str(tmp_path),
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "1",
+            "--alpha",
+            "1.0",
+            "--lora",
+            *argv,
+        ],
+        rows=shortest(4, "train"),
+        eval_rows=shortest(1, "test"),
         gradient_checkpointing=False,  # time: the tiny-model runs keep TRL's default (on)
     )
     assert isinstance(trainer.data_collator, NumberSpanCollator)

@@ -37,8 +37,15 @@ VERIFIED_ARCHITECTURES: dict[str, str] = {
 }
 # config attributes that transform the logits after the head in other architectures (Gemma-2/3, Cohere, Granite,
 # HyperCLOVA X, MiniCPM3, Falcon-H1, ...): refused even under a verified model_type
-_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logits_soft_cap", "logit_scale", "logits_scaling",
-                     "output_multiplier", "lm_head_multiplier", "logits_mup_width_multiplier")
+_LOGIT_TRANSFORMS = (
+    "final_logit_softcapping",
+    "logits_soft_cap",
+    "logit_scale",
+    "logits_scaling",
+    "output_multiplier",
+    "lm_head_multiplier",
+    "logits_mup_width_multiplier",
+)
 
 
 class DigitCaptureError(RuntimeError):
@@ -67,8 +74,10 @@ def check_architecture(config: Any) -> None:
     for name in _LOGIT_TRANSFORMS:
         value = getattr(config, name, None)
         if value not in (None, 1, 1.0):
-            raise DigitCaptureError(f"the model config sets {name}={value!r}, which transforms the logits after the "
-                                    "head; DEL's digit logits would not be the model's")
+            raise DigitCaptureError(
+                f"the model config sets {name}={value!r}, which transforms the logits after the "
+                "head; DEL's digit logits would not be the model's"
+            )
 
 
 class _LoraHead:
@@ -148,7 +157,9 @@ class DigitLogitsCapture:
             return
         self._norm_calls += 1
         if self._norm_calls > 1:
-            raise DigitCaptureError("the final norm ran twice in one captured forward pass; capture one forward at a time")
+            raise DigitCaptureError(
+                "the final norm ran twice in one captured forward pass; capture one forward at a time"
+            )
         weight = self.head.weight
         if type(weight).__name__ == "DTensor" or hasattr(weight, "placements"):
             raise DigitCaptureError(
@@ -182,7 +193,7 @@ class DigitLogitsCapture:
         return on_lora_a
 
     # ------------------------------------------------------------------ use
-    def __enter__(self) -> "DigitLogitsCapture":
+    def __enter__(self) -> DigitLogitsCapture:
         self._armed = True
         self._logits = None
         self._norm_calls = 0

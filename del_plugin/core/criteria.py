@@ -30,8 +30,9 @@ count). Two kinds:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -277,16 +278,16 @@ class Param:
 @dataclass(frozen=True)
 class CriterionSpec:
     """One training criterion. ``kind``: ``"digit"`` terms are added to cross-entropy (``CE + alpha * mean over
-    digit targets``), ``"token"`` losses replace it (``alpha`` interpolates, in [0, 1], and must be set), ``"none"``
-    is cross-entropy alone.
+        digit targets``), ``"token"`` losses replace it (``alpha`` interpolates, in [0, 1], and must be set), ``"none"``
+        is cross-entropy alone.
 
-    ``terms`` computes the per-position term: for a digit criterion ``terms(digits, places, weighting, **params)``
-    (zeros off the digit targets), for a token criterion ``terms(logits, labels, alpha=, ignore_index=, **params,
-    **state)`` returning :class:`TokenCriterionTerms`. ``prepare(model)`` builds extra state a token criterion needs
-    once per run (EMO's cost embedding). ``formula`` is the loss as the docs table shows it; ``place_keys`` are the
-place-weight keys it reads (:class:`~del_plugin.core.places.PlaceWeighting`). Adding a criterion is one function
-and one entry in :data:`CRITERIA`: the config fields, their validation, the dispatch, the docs table and the
-ablation configs follow from it."""
+        ``terms`` computes the per-position term: for a digit criterion ``terms(digits, places, weighting, **params)``
+        (zeros off the digit targets), for a token criterion ``terms(logits, labels, alpha=, ignore_index=, **params,
+        **state)`` returning :class:`TokenCriterionTerms`. ``prepare(model)`` builds extra state a token criterion needs
+        once per run (EMO's cost embedding). ``formula`` is the loss as the docs table shows it; ``place_keys`` are the
+    place-weight keys it reads (:class:`~del_plugin.core.places.PlaceWeighting`). Adding a criterion is one function
+    and one entry in :data:`CRITERIA`: the config fields, their validation, the dispatch, the docs table and the
+    ablation configs follow from it."""
 
     name: str
     kind: Literal["digit", "token", "none"]
@@ -301,8 +302,10 @@ ablation configs follow from it."""
         own = {p.name: p for p in self.params}
         unknown = sorted(set(params) - set(own))
         if unknown:
-            raise TypeError(f"criterion {self.name!r} takes no parameter {', '.join(unknown)} "
-                            f"(its parameters: {', '.join(own) or 'none'})")
+            raise TypeError(
+                f"criterion {self.name!r} takes no parameter {', '.join(unknown)} "
+                f"(its parameters: {', '.join(own) or 'none'})"
+            )
         return {name: p.check(params.get(name, p.default)) for name, p in own.items()}
 
 
@@ -320,8 +323,10 @@ def _dist2_terms(digits, places, weighting, dist2_tau):
 
 def _emo_terms(logits, labels, *, alpha, ignore_index, cost_embedding=None):
     if cost_embedding is None:
-        raise ValueError("emo needs its cost embedding: state={'cost_embedding': "
-                         "emo_cost_embedding(model.get_output_embeddings().weight)}, as CRITERIA['emo'].prepare builds")
+        raise ValueError(
+            "emo needs its cost embedding: state={'cost_embedding': "
+            "emo_cost_embedding(model.get_output_embeddings().weight)}, as CRITERIA['emo'].prepare builds"
+        )
     return emo_token_losses(logits, labels, cost_embedding, alpha, ignore_index)
 
 
@@ -338,30 +343,68 @@ CRITERIA: dict[str, CriterionSpec] = {
     spec.name: spec
     for spec in (
         CriterionSpec("mle", "none", "`CE`"),
-        CriterionSpec("mixce", "token", "`mean_tokens [(1 - alpha) NLL_t + alpha MixCE_t]`",
-                      lambda logits, labels, *, alpha, ignore_index, mixce_eta: mixce_token_losses(
-                          logits, labels, mixce_eta, alpha, ignore_index),
-                      params=(Param("mixce_eta", 0.5, Bound(0.0, 1.0, "eta weighs the forward cross-entropy "
-                                                                      "against the reverse one"),
-                                    "MixCE mixing ratio eta: eta * NLL + (1 - eta) * sg[exp(-NLL)] * NLL (1 is plain "
-                                    "cross-entropy)"),)),
-        CriterionSpec("emo", "token", "`mean_tokens [(1 - alpha) NLL_t + alpha EMO_t]`",
-                      _emo_terms, prepare=_emo_state),
-        CriterionSpec("ntl_was", "digit", "`CE + alpha * mean_digits sum_k p_hat_k abs(y - k)`",
-                      lambda digits, places, weighting: ntl_was_token_losses(digits)),
-        CriterionSpec("ntl_mse", "digit", "`CE + alpha * mean_digits (sum_k p_hat_k k - y)^2`",
-                      lambda digits, places, weighting: ntl_mse_token_losses(digits)),
-        CriterionSpec("dist2", "digit",
-                      "`CE + alpha * mean_digits w_t KL(q_t ‖ p_hat)`, `q_t = softmax_k(-(y - k)^2 / tau)`",
-                      _dist2_terms, place_keys=("del_place_weighting",),
-                      params=(Param("dist2_tau", 1.0, Bound(0.01, 100.0, "tau scales the squared digit distance; "
-                                                                      "far outside this q is one-hot or uniform"),
-                                    "DIST2 temperature tau of the target q = softmax_k(-(y - k)^2 / tau) (paper: 1)"),)),
-        CriterionSpec("del", "digit", "`CE + alpha * mean_digits u_t mean_k(p_hat_k BCE_k)`", _del_terms,
-                      place_keys=_DEL_PLACE_KEYS),
-        CriterionSpec("del_dist", "digit",
-                      "`CE + alpha * mean_digits u_t mean_k(p_hat_k BCE_k) * sum_k p_hat_k abs(y - k)`",
-                      _del_dist_terms, place_keys=_DEL_PLACE_KEYS),
+        CriterionSpec(
+            "mixce",
+            "token",
+            "`mean_tokens [(1 - alpha) NLL_t + alpha MixCE_t]`",
+            lambda logits, labels, *, alpha, ignore_index, mixce_eta: mixce_token_losses(
+                logits, labels, mixce_eta, alpha, ignore_index
+            ),
+            params=(
+                Param(
+                    "mixce_eta",
+                    0.5,
+                    Bound(0.0, 1.0, "eta weighs the forward cross-entropy against the reverse one"),
+                    "MixCE mixing ratio eta: eta * NLL + (1 - eta) * sg[exp(-NLL)] * NLL (1 is plain cross-entropy)",
+                ),
+            ),
+        ),
+        CriterionSpec(
+            "emo", "token", "`mean_tokens [(1 - alpha) NLL_t + alpha EMO_t]`", _emo_terms, prepare=_emo_state
+        ),
+        CriterionSpec(
+            "ntl_was",
+            "digit",
+            "`CE + alpha * mean_digits sum_k p_hat_k abs(y - k)`",
+            lambda digits, places, weighting: ntl_was_token_losses(digits),
+        ),
+        CriterionSpec(
+            "ntl_mse",
+            "digit",
+            "`CE + alpha * mean_digits (sum_k p_hat_k k - y)^2`",
+            lambda digits, places, weighting: ntl_mse_token_losses(digits),
+        ),
+        CriterionSpec(
+            "dist2",
+            "digit",
+            "`CE + alpha * mean_digits w_t KL(q_t ‖ p_hat)`, `q_t = softmax_k(-(y - k)^2 / tau)`",
+            _dist2_terms,
+            place_keys=("del_place_weighting",),
+            params=(
+                Param(
+                    "dist2_tau",
+                    1.0,
+                    Bound(
+                        0.01, 100.0, "tau scales the squared digit distance; far outside this q is one-hot or uniform"
+                    ),
+                    "DIST2 temperature tau of the target q = softmax_k(-(y - k)^2 / tau) (paper: 1)",
+                ),
+            ),
+        ),
+        CriterionSpec(
+            "del",
+            "digit",
+            "`CE + alpha * mean_digits u_t mean_k(p_hat_k BCE_k)`",
+            _del_terms,
+            place_keys=_DEL_PLACE_KEYS,
+        ),
+        CriterionSpec(
+            "del_dist",
+            "digit",
+            "`CE + alpha * mean_digits u_t mean_k(p_hat_k BCE_k) * sum_k p_hat_k abs(y - k)`",
+            _del_dist_terms,
+            place_keys=_DEL_PLACE_KEYS,
+        ),
     )
 }
 DIGIT_CRITERIA: tuple[str, ...] = tuple(n for n, c in CRITERIA.items() if c.kind == "digit")
@@ -377,7 +420,11 @@ def criterion_spec(name: str) -> CriterionSpec:
 
 # ---------------------------------------------------------------------------------------------- dispatch
 def digit_criterion_terms(
-    criterion: str, digits: DigitTargets, places: torch.Tensor, *, weighting: PlaceWeighting = PlaceWeighting(),
+    criterion: str,
+    digits: DigitTargets,
+    places: torch.Tensor,
+    *,
+    weighting: PlaceWeighting = PlaceWeighting(),
     **params: float,
 ) -> torch.Tensor:
     """The per-position term of a criterion (float32, 0 off the digit targets); zeros for ``mle`` and the token
@@ -428,8 +475,14 @@ def digit_entropy_loss(
 
 
 def token_criterion_terms(
-    criterion: str, logits: torch.Tensor, targets: torch.Tensor, *, alpha: float, ignore_index: int = -100,
-    state: dict | None = None, **params: float,
+    criterion: str,
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    alpha: float,
+    ignore_index: int = -100,
+    state: dict | None = None,
+    **params: float,
 ) -> TokenCriterionTerms:
     """The per-position terms of a token criterion (``mixce``, ``emo``) on full logits and aligned ``targets``;
     ``state`` is what the criterion's ``prepare(model)`` built (EMO's cost embedding)."""

@@ -7,8 +7,8 @@ read with NumPy in about twenty array operations per batch; tensors on other dev
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -30,9 +30,7 @@ __all__ = [
 NOT_A_DIGIT: int = torch.iinfo(torch.int32).min
 
 
-def number_places(
-    labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None = None
-) -> torch.Tensor:
+def number_places(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The place of each digit label in its number; ``NOT_A_DIGIT`` elsewhere.
 
     Units are place 0, tens 1, hundreds 2, …; the first decimal is -1, the second -2, …
@@ -54,9 +52,7 @@ def number_places(
     return _read(labels, vocab, position_ids, shift=False)
 
 
-def _read(
-    labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None, shift: bool
-) -> torch.Tensor:
+def _read(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None, shift: bool) -> torch.Tensor:
     """:func:`number_places` (``shift=False``) or its values moved one position to the left (``shift=True``: the
     place of ``labels[..., t + 1]`` at ``t``, ``NOT_A_DIGIT`` in the last column). CPU tensors are read with NumPy,
     others in torch on their device."""
@@ -270,8 +266,12 @@ class PlaceWeighting:
 
 PLACE_WEIGHT_BOUNDS: dict[str, Bound] = {
     "integer_slope": Bound(0.0, 100.0, "u = slope * (i + 1) must be positive; the paper uses 2", low_open=True),
-    "decimal_base": Bound(1.0, 10.0, "u = base ** (i - 1) must not grow with depth (a base below 1 weighs deeper "
-                          "decimals more and overflows on long decimals); the paper uses 1.02"),
+    "decimal_base": Bound(
+        1.0,
+        10.0,
+        "u = base ** (i - 1) must not grow with depth (a base below 1 weighs deeper "
+        "decimals more and overflows on long decimals); the paper uses 1.02",
+    ),
 }
 
 

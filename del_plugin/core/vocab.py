@@ -9,8 +9,9 @@ regularises does not exist for them.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -96,7 +97,7 @@ class DigitVocab:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any, name: str | None = None) -> "DigitVocab":
+    def from_tokenizer(cls, tokenizer: Any, name: str | None = None) -> DigitVocab:
         """Read the digit tokens from a Hugging Face tokenizer (slow or fast).
 
         Raises ``NoDigitTokensError`` when a bare digit '0'..'9' has no token of its own and

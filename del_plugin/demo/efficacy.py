@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .findings import paired_lower, sign_test_p_value
 
@@ -39,9 +39,38 @@ __all__ = [
 ]
 
 # Two-sided 95 % quantiles of Student's t, df 1..30 (scipy.stats.t.ppf(0.975, df), rounded to 4 decimals).
-_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788, 2.1604,
-         2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
-         2.0518, 2.0484, 2.0452, 2.0423)
+_T975 = (
+    12.7062,
+    4.3027,
+    3.1824,
+    2.7764,
+    2.5706,
+    2.4469,
+    2.3646,
+    2.3060,
+    2.2622,
+    2.2281,
+    2.2010,
+    2.1788,
+    2.1604,
+    2.1448,
+    2.1314,
+    2.1199,
+    2.1098,
+    2.1009,
+    2.0930,
+    2.0860,
+    2.0796,
+    2.0739,
+    2.0687,
+    2.0639,
+    2.0595,
+    2.0555,
+    2.0518,
+    2.0484,
+    2.0452,
+    2.0423,
+)
 
 
 def t_quantile(df: int) -> float:
@@ -117,12 +146,17 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("accuracy", "accuracy (%)", ("generation", "accuracy"), True, True,
-           lambda r: -float(bool(r["correct"]))),
+    Metric("accuracy", "accuracy (%)", ("generation", "accuracy"), True, True, lambda r: -float(bool(r["correct"]))),
     Metric("mae", "MAE", ("generation", "mae"), False, False, lambda r: r.get("abs_error")),
     Metric("log_mae", "log-MAE", ("generation", "log_mae"), False, False, _log_error),
-    Metric("tf_digit_accuracy", "TF digit accuracy (%)", ("teacher_forced", "digit_accuracy"), True, True,
-           lambda r: None if _tf_accuracy(r) is None else -_tf_accuracy(r)),
+    Metric(
+        "tf_digit_accuracy",
+        "TF digit accuracy (%)",
+        ("teacher_forced", "digit_accuracy"),
+        True,
+        True,
+        lambda r: None if _tf_accuracy(r) is None else -_tf_accuracy(r),
+    ),
     Metric("tf_entropy", "TF digit entropy (nats)", ("teacher_forced", "mean_entropy"), None, False, _tf_entropy),
 )
 _BY_KEY = {m.key: m for m in METRICS}
@@ -167,7 +201,8 @@ def paired_comparisons(runs: Sequence[dict], reference: str) -> dict[str, dict]:
         entry = {"seeds": shared, "metrics": {}}
         for m in METRICS:
             diffs = [
-                seeds[s]["metrics"][m.key] - ref[s]["metrics"][m.key] for s in shared
+                seeds[s]["metrics"][m.key] - ref[s]["metrics"][m.key]
+                for s in shared
                 if seeds[s]["metrics"].get(m.key) is not None and ref[s]["metrics"].get(m.key) is not None
             ]
             result = {"per_seed": diffs, "diff": mean_ci(diffs)}
@@ -205,25 +240,35 @@ def results_markdown(runs: Sequence[dict], reference: str, base: dict | None = N
     """The sweep's tables: per setting the mean and 95 % interval over seeds; each setting minus the reference on
     the same seeds, with the pooled per-problem sign tests; every run."""
     agg = aggregate(runs)
-    lines = ["## Per setting: mean over seeds [95 % t-interval]", "",
-             "| setting | seeds | " + " | ".join(m.title for m in METRICS) + " |",
-             "|---|---|" + "---|" * len(METRICS)]
+    lines = [
+        "## Per setting: mean over seeds [95 % t-interval]",
+        "",
+        "| setting | seeds | " + " | ".join(m.title for m in METRICS) + " |",
+        "|---|---|" + "---|" * len(METRICS),
+    ]
     if base is not None:
-        lines.append("| base model (no fine-tune) | - | "
-                     + " | ".join(m.fmt(base.get(m.key)) for m in METRICS) + " |")
+        lines.append("| base model (no fine-tune) | - | " + " | ".join(m.fmt(base.get(m.key)) for m in METRICS) + " |")
     for setting, entry in agg.items():
-        lines.append(f"| {setting} | {len(entry['seeds'])} | "
-                     + " | ".join(_interval(m, entry["stats"][m.key]) for m in METRICS) + " |")
+        lines.append(
+            f"| {setting} | {len(entry['seeds'])} | "
+            + " | ".join(_interval(m, entry["stats"][m.key]) for m in METRICS)
+            + " |"
+        )
     comparisons = paired_comparisons(runs, reference)
     if comparisons:
-        lines += ["", f"## Paired against {reference}, same seeds", "",
-                  "Per metric: the mean over seeds of (setting - reference) [95 % t-interval over the per-seed "
-                  "differences]; then, pooled over the seeds, on how many held-out problems the setting did better / "
-                  "worse than the reference (ties left out) and the exact sign test's p (Holm-adjusted over the whole "
-                  "table in brackets). Accuracy and TF digit accuracy: higher is better; MAE and log-MAE: lower; "
-                  "entropy: lower means sharper digit distributions (counted as 'better' below), not more correct.",
-                  "", "| setting | seeds | " + " | ".join(m.title for m in METRICS) + " |",
-                  "|---|---|" + "---|" * len(METRICS)]
+        lines += [
+            "",
+            f"## Paired against {reference}, same seeds",
+            "",
+            "Per metric: the mean over seeds of (setting - reference) [95 % t-interval over the per-seed "
+            "differences]; then, pooled over the seeds, on how many held-out problems the setting did better / "
+            "worse than the reference (ties left out) and the exact sign test's p (Holm-adjusted over the whole "
+            "table in brackets). Accuracy and TF digit accuracy: higher is better; MAE and log-MAE: lower; "
+            "entropy: lower means sharper digit distributions (counted as 'better' below), not more correct.",
+            "",
+            "| setting | seeds | " + " | ".join(m.title for m in METRICS) + " |",
+            "|---|---|" + "---|" * len(METRICS),
+        ]
         for setting, entry in comparisons.items():
             cells = []
             for m in METRICS:
@@ -234,14 +279,20 @@ def results_markdown(runs: Sequence[dict], reference: str, base: dict | None = N
                     cell += f"<br>{c['better']}/{c['worse']}, p {_p(c['p'])} ({_p(c['holm_p'])})"
                 cells.append(cell)
             lines.append(f"| {setting} | {len(entry['seeds'])} | " + " | ".join(cells) + " |")
-    lines += ["", "## Every run", "",
-              "| setting | seed | " + " | ".join(m.title for m in METRICS) + " | train | eval |",
-              "|---|---|" + "---|" * (len(METRICS) + 2)]
+    lines += [
+        "",
+        "## Every run",
+        "",
+        "| setting | seed | " + " | ".join(m.title for m in METRICS) + " | train | eval |",
+        "|---|---|" + "---|" * (len(METRICS) + 2),
+    ]
     for run in runs:
         timing = run.get("timing") or {}
-        lines.append(f"| {run['setting']} | {run['seed']} | "
-                     + " | ".join(m.fmt(run["metrics"].get(m.key)) for m in METRICS)
-                     + f" | {_short_minutes(timing.get('train_s'))} | {_short_minutes(timing.get('eval_s'))} |")
+        lines.append(
+            f"| {run['setting']} | {run['seed']} | "
+            + " | ".join(m.fmt(run["metrics"].get(m.key)) for m in METRICS)
+            + f" | {_short_minutes(timing.get('train_s'))} | {_short_minutes(timing.get('eval_s'))} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -255,8 +306,9 @@ def _yerr(stats: dict, scale: float):
     return [[scale * (stats["mean"] - stats["low"])], [scale * (stats["high"] - stats["mean"])]]
 
 
-def plot_sweep(runs: Sequence[dict], settings: Sequence[dict], reference: str, path: Path,
-               base: dict | None = None) -> Path | None:
+def plot_sweep(
+    runs: Sequence[dict], settings: Sequence[dict], reference: str, path: Path, base: dict | None = None
+) -> Path | None:
     """Two rows of panels, one column per metric. Top: every run (one line per seed, so the pairing shows) and the
     mean with its 95 % interval, against ``del_alpha`` for DEL (a symmetric-log axis, so that 0 fits) and at the
     right, apart, the other criteria. Bottom: setting minus reference on the same seed, mean and 95 % interval.
@@ -284,12 +336,24 @@ def plot_sweep(runs: Sequence[dict], settings: Sequence[dict], reference: str, p
         scale = 100 if m.percent else 1
         ax, dax = axes[0][col], axes[1][col]
         for k, seed in enumerate(seeds):
-            points = sorted((positions[r["setting"]], r["metrics"][m.key]) for r in runs
-                            if r["seed"] == seed and r["setting"] in positions and r["metrics"].get(m.key) is not None
-                            and any(s["label"] == r["setting"] for s in dels))
+            points = sorted(
+                (positions[r["setting"]], r["metrics"][m.key])
+                for r in runs
+                if r["seed"] == seed
+                and r["setting"] in positions
+                and r["metrics"].get(m.key) is not None
+                and any(s["label"] == r["setting"] for s in dels)
+            )
             if points:
-                ax.plot([x for x, _ in points], [scale * y for _, y in points], color=f"C{k}", alpha=0.45,
-                        marker=".", linewidth=1, label=f"seed {seed}")
+                ax.plot(
+                    [x for x, _ in points],
+                    [scale * y for _, y in points],
+                    color=f"C{k}",
+                    alpha=0.45,
+                    marker=".",
+                    linewidth=1,
+                    label=f"seed {seed}",
+                )
             for s in others:
                 for r in runs:
                     if r["seed"] == seed and r["setting"] == s["label"] and r["metrics"].get(m.key) is not None:
@@ -298,12 +362,21 @@ def plot_sweep(runs: Sequence[dict], settings: Sequence[dict], reference: str, p
             st = agg[label]["stats"][m.key]
             if st["mean"] is None:
                 continue
-            ax.errorbar([x], [scale * st["mean"]], yerr=_yerr(st, scale), fmt="o", color="black", capsize=4,
-                        markersize=5, label="mean, 95 % CI" if label == next(iter(positions)) else None)
+            ax.errorbar(
+                [x],
+                [scale * st["mean"]],
+                yerr=_yerr(st, scale),
+                fmt="o",
+                color="black",
+                capsize=4,
+                markersize=5,
+                label="mean, 95 % CI" if label == next(iter(positions)) else None,
+            )
             d = comparisons.get(label, {}).get("metrics", {}).get(m.key, {}).get("diff")
             if d and d["mean"] is not None:
-                dax.errorbar([x], [scale * d["mean"]], yerr=_yerr(d, scale), fmt="o", color="black", capsize=4,
-                             markersize=5)
+                dax.errorbar(
+                    [x], [scale * d["mean"]], yerr=_yerr(d, scale), fmt="o", color="black", capsize=4, markersize=5
+                )
         if base is not None and base.get(m.key) is not None:
             ax.axhline(scale * base[m.key], color="grey", linestyle=":", label="base model")
         dax.axhline(0, color="grey", linewidth=1)

@@ -87,21 +87,30 @@ def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha:
     ]
     cut = g["base"].get("cut_at_max_new_tokens")
     if cut:
-        lines.append(f"The base model answers in sentences: {cut} of its {g['base'].get('n')} answers hit the "
-                     "new-token limit, and those are scored on the last number written.")
+        lines.append(
+            f"The base model answers in sentences: {cut} of its {g['base'].get('n')} answers hit the "
+            "new-token limit, and those are scored on the last number written."
+        )
     if acc_mle is not None and acc_del is not None:
         diff = 100 * (acc_del - acc_mle)
         if p < 0.05:
-            verdict = (f"DEL is better than MLE on accuracy ({diff:+.1f} points)" if diff > 0
-                       else f"MLE is better than DEL on accuracy ({-diff:.1f} points)")
+            verdict = (
+                f"DEL is better than MLE on accuracy ({diff:+.1f} points)"
+                if diff > 0
+                else f"MLE is better than DEL on accuracy ({-diff:.1f} points)"
+            )
             verdict += f", and the difference is significant (exact sign test p = {p:.3f})."
         else:
-            verdict = (f"DEL vs MLE: {diff:+.1f} points of accuracy (exact sign test on the problems only one of "
-                       f"them got right: p = {p:.2f}), no significant difference: at this tiny scale the demo shows "
-                       "no accuracy win for either.")
+            verdict = (
+                f"DEL vs MLE: {diff:+.1f} points of accuracy (exact sign test on the problems only one of "
+                f"them got right: p = {p:.2f}), no significant difference: at this tiny scale the demo shows "
+                "no accuracy win for either."
+            )
         lines.append(verdict)
-        lines.append(f"Problem by problem: both right {pairs['both']}, only DEL right {pairs['only_b']}, only MLE "
-                     f"right {pairs['only_a']}, both wrong {pairs['neither']}.")
+        lines.append(
+            f"Problem by problem: both right {pairs['both']}, only DEL right {pairs['only_b']}, only MLE "
+            f"right {pairs['only_a']}, both wrong {pairs['neither']}."
+        )
     mae_mle, mae_del = g["MLE"].get("mae"), g["DEL"].get("mae")
     if mae_mle is not None and mae_del is not None:
         errors = paired_lower(generations["MLE"], generations["DEL"], lambda r: r.get("abs_error"))
@@ -117,16 +126,21 @@ def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha:
         entropy = paired_lower(generations["MLE"], generations["DEL"], _mean_tf_entropy)
         p_ent = sign_test_p_value(entropy["a_lower"], entropy["b_lower"])
         direction = "lower" if e_del < e_mle else "higher"
+        sharper = (
+            "sharper digit distributions, what DEL is for" if direction == "lower" else "DEL did not sharpen them here"
+        )
         lines.append(
             f"Teacher-forced mean digit entropy on the reference answers: base {_num(tf['base'].get('mean_entropy'))},"
             f" MLE {_num(e_mle)}, DEL {_num(e_del)} nats. DEL's is {direction} than MLE's "
-            f"({'sharper digit distributions, what DEL is for' if direction == 'lower' else 'DEL did not sharpen them here'}); "
+            f"({sharper}); "
             f"per problem DEL's is lower on {entropy['b_lower']} of {entropy['problems']} ({_significance(p_ent)})."
         )
     a_mle, a_del = tf["MLE"].get("digit_accuracy"), tf["DEL"].get("digit_accuracy")
     if a_mle is not None and a_del is not None:
-        lines.append(f"Teacher-forced digit accuracy: base {_pct(tf['base'].get('digit_accuracy'))}, MLE "
-                     f"{_pct(a_mle)}, DEL {_pct(a_del)}.")
+        lines.append(
+            f"Teacher-forced digit accuracy: base {_pct(tf['base'].get('digit_accuracy'))}, MLE "
+            f"{_pct(a_mle)}, DEL {_pct(a_del)}."
+        )
     return lines
 
 
@@ -137,8 +151,11 @@ def plot_training_curves(histories: dict[str, list[dict]], path: Path) -> Path |
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = (("ce_loss", "cross-entropy (train)"), ("digit_entropy", "digit entropy, nats (train)"),
-               ("digit_accuracy", "digit accuracy (train)"))
+    metrics = (
+        ("ce_loss", "cross-entropy (train)"),
+        ("digit_entropy", "digit entropy, nats (train)"),
+        ("digit_accuracy", "digit accuracy (train)"),
+    )
     if not any(any(m in h for h in hist for m, _ in metrics) for hist in histories.values()):
         return None
     fig, axes = plt.subplots(1, len(metrics), figsize=(15, 3.8))

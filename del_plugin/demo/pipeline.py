@@ -17,7 +17,7 @@ import shutil
 import sys
 import time
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 __all__ = ["main", "DEFAULT_ALPHA"]
@@ -60,12 +60,19 @@ class _Stages:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m del_plugin.demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="runs/demo", help="working folder for data, adapters and reports "
-                        "(default: runs/demo, git-ignored)")
-    parser.add_argument("--publish", help="also copy the table, findings, plots and summary into this folder "
-                        "(the committed results live in docs/demo)")
+    parser = argparse.ArgumentParser(
+        prog="python -m del_plugin.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out",
+        default="runs/demo",
+        help="working folder for data, adapters and reports (default: runs/demo, git-ignored)",
+    )
+    parser.add_argument(
+        "--publish",
+        help="also copy the table, findings, plots and summary into this folder "
+        "(the committed results live in docs/demo)",
+    )
     add_run_options(parser)
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="del_alpha of the DEL run")
     parser.add_argument("--seed", type=int, default=42, help="seed of the problems, the LoRA init and the data order")
@@ -82,8 +89,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-batch-size", type=int, default=50)
 
 
-def _write_results(out: Path, args, argv, train_settings, reports, generations, histories, timing, wall, cpu,
-                   load):
+def _write_results(out: Path, args, argv, train_settings, reports, generations, histories, timing, wall, cpu, load):
     from ..evaluation.report import comparison_markdown
     from .findings import findings_text, plot_training_curves
 
@@ -98,31 +104,40 @@ def _write_results(out: Path, args, argv, train_settings, reports, generations, 
     end_load = os.getloadavg()[0]
     busy = max(load[0], end_load) > (os.cpu_count() or 1)
     threads = os.environ.get("OMP_NUM_THREADS") or "default"
-    lines = [
-        "# DEL demo: MLE vs DEL on SmolLM2-135M-Instruct",
-        "",
-        f"Made by `{command}` on {datetime.now(timezone.utc):%Y-%m-%d} ({platform.machine()}, {os.cpu_count()} "
-        f"CPU cores, torch threads: {threads}).",
-        f"Wall time {_minutes(wall)} (model set-up excluded), CPU time {_minutes(cpu)}; 1-minute load average "
-        f"{load[0]:.1f} at the start and {end_load:.1f} at the end"
-        + (" (above the core count: other work was competing for the CPU)" if busy else "")
-        + ". Stages: " + ", ".join(f"{k} {_minutes(v)}" for k, v in timing.items()) + ".",
-        "",
-        f"- Data: {train_settings.examples} generated arithmetic word problems for training (integers and "
-        f"decimals, answers as 'The answer is N'), {args.eval_size} held-out problems from the same generator "
-        "with no template+operands in common.",
-        f"- Fine-tuning: Axolotl LoRA (r {train_settings.lora_r}, all linear layers), SmolLM2 chat template, "
-        f"{train_settings.steps} steps x {train_settings.micro_batch_size} problems, lr {train_settings.learning_rate} "
-        f"(cosine), seed {train_settings.seed}. MLE: `del_alpha: 0` (cross-entropy only); DEL: "
-        f"`del_alpha: {args.alpha}`; same seed, data and order.",
-        f"- Evaluation: `del-eval`, greedy, at most {args.max_new_tokens} new tokens, chat template.",
-        "",
-        "## What it found",
-        "",
-    ] + [f"- {line}" for line in findings] + ["", "## Side by side", "", table.strip(), "", "## Plots", ""]
-    for png, caption in (("place_accuracy.png", "Per-place digit accuracy"),
-                         ("entropy_histogram.png", "Teacher-forced digit entropy"),
-                         ("training_curves.png", "Training curves")):
+    lines = (
+        [
+            "# DEL demo: MLE vs DEL on SmolLM2-135M-Instruct",
+            "",
+            f"Made by `{command}` on {datetime.now(UTC):%Y-%m-%d} ({platform.machine()}, {os.cpu_count()} "
+            f"CPU cores, torch threads: {threads}).",
+            f"Wall time {_minutes(wall)} (model set-up excluded), CPU time {_minutes(cpu)}; 1-minute load average "
+            f"{load[0]:.1f} at the start and {end_load:.1f} at the end"
+            + (" (above the core count: other work was competing for the CPU)" if busy else "")
+            + ". Stages: "
+            + ", ".join(f"{k} {_minutes(v)}" for k, v in timing.items())
+            + ".",
+            "",
+            f"- Data: {train_settings.examples} generated arithmetic word problems for training (integers and "
+            f"decimals, answers as 'The answer is N'), {args.eval_size} held-out problems from the same generator "
+            "with no template+operands in common.",
+            f"- Fine-tuning: Axolotl LoRA (r {train_settings.lora_r}, all linear layers), SmolLM2 chat template, "
+            f"{train_settings.steps} steps x {train_settings.micro_batch_size} problems, "
+            f"lr {train_settings.learning_rate} "
+            f"(cosine), seed {train_settings.seed}. MLE: `del_alpha: 0` (cross-entropy only); DEL: "
+            f"`del_alpha: {args.alpha}`; same seed, data and order.",
+            f"- Evaluation: `del-eval`, greedy, at most {args.max_new_tokens} new tokens, chat template.",
+            "",
+            "## What it found",
+            "",
+        ]
+        + [f"- {line}" for line in findings]
+        + ["", "## Side by side", "", table.strip(), "", "## Plots", ""]
+    )
+    for png, caption in (
+        ("place_accuracy.png", "Per-place digit accuracy"),
+        ("entropy_histogram.png", "Teacher-forced digit entropy"),
+        ("training_curves.png", "Training curves"),
+    ):
         if (comparison_dir / png).exists():
             lines.append(f"![{caption}]({png})")
             lines.append("")
@@ -134,16 +149,29 @@ def _write_results(out: Path, args, argv, train_settings, reports, generations, 
         "stages_s": timing,
         "cpu_count": os.cpu_count(),
         "load_average_start_end": [round(load[0], 2), round(end_load, 2)],
-        "settings": {"train": asdict(train_settings), "alpha": args.alpha, "eval_size": args.eval_size,
-                     "max_new_tokens": args.max_new_tokens},
+        "settings": {
+            "train": asdict(train_settings),
+            "alpha": args.alpha,
+            "eval_size": args.eval_size,
+            "max_new_tokens": args.max_new_tokens,
+        },
         "findings": findings,
-        "models": {k: {"generation": r["overall"].get("generation"), "teacher_forced": {
-            key: value for key, value in (r["overall"].get("teacher_forced") or {}).items()
-            if key != "entropy_histogram"}} for k, r in reports.items()},
+        "models": {
+            k: {
+                "generation": r["overall"].get("generation"),
+                "teacher_forced": {
+                    key: value
+                    for key, value in (r["overall"].get("teacher_forced") or {}).items()
+                    if key != "entropy_histogram"
+                },
+            }
+            for k, r in reports.items()
+        },
     }
     (comparison_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return findings, [comparison_dir / "results.md", comparison_dir / "summary.json"] + [
-        p for p in (comparison_dir / "place_accuracy.png", comparison_dir / "entropy_histogram.png", curves)
+        p
+        for p in (comparison_dir / "place_accuracy.png", comparison_dir / "entropy_histogram.png", curves)
         if p is not None and p.exists()
     ]
 
@@ -170,10 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stages = _Stages(total=7)
-    train_settings = TrainSettings(steps=args.steps, micro_batch_size=args.micro_batch_size,
-                                   learning_rate=args.learning_rate, seed=args.seed)
-    eval_settings = EvalSettings(batch_size=args.eval_batch_size, max_new_tokens=args.max_new_tokens,
-                                 prompt_format="chat")
+    train_settings = TrainSettings(
+        steps=args.steps, micro_batch_size=args.micro_batch_size, learning_rate=args.learning_rate, seed=args.seed
+    )
+    eval_settings = EvalSettings(
+        batch_size=args.eval_batch_size, max_new_tokens=args.max_new_tokens, prompt_format="chat"
+    )
 
     stages.start("data", "generating the problems")
     train, held_out = make_splits(train_settings.examples, args.eval_size, seed=args.seed)
@@ -198,8 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = out / "runs" / label.lower()
         shutil.rmtree(run_dir, ignore_errors=True)
         stages.start(f"train {label}", f"Axolotl LoRA fine-tune, {label} (del_alpha: {alpha})")
-        adapter, histories[label] = train_lora(axolotl_config(model_dir, train_file, run_dir, alpha, train_settings),
-                                               run_dir)
+        adapter, histories[label] = train_lora(
+            axolotl_config(model_dir, train_file, run_dir, alpha, train_settings), run_dir
+        )
         stages.start(f"eval {label}", f"del-eval on the {label} fine-tune")
         run_eval(label, adapter)
 
@@ -207,8 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     written = compare_reports([reports[k] for k in reports], out / "comparison", list(reports))
     stages.finish()
     wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
-    findings, files = _write_results(out, args, argv, train_settings, reports, generations, histories,
-                                     stages.timing, wall, cpu, load)
+    findings, files = _write_results(
+        out, args, argv, train_settings, reports, generations, histories, stages.timing, wall, cpu, load
+    )
     if args.publish:
         publish = Path(args.publish)
         publish.mkdir(parents=True, exist_ok=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable, Iterable
 
 __all__ = [
     "ANSWER_PREFIX",
@@ -31,16 +31,39 @@ __all__ = [
 ANSWER_PREFIX = "The answer is"
 
 _PEOPLE = (
-    ("Ana", "She"), ("Ben", "He"), ("Chen", "He"), ("Dara", "She"), ("Emeka", "He"), ("Fatima", "She"),
-    ("Gus", "He"), ("Hana", "She"), ("Ivan", "He"), ("Julia", "She"), ("Kofi", "He"), ("Lena", "She"),
-    ("Mateo", "He"), ("Nia", "She"), ("Omar", "He"), ("Priya", "She"), ("Quinn", "He"), ("Rosa", "She"),
-    ("Sami", "He"), ("Tara", "She"),
+    ("Ana", "She"),
+    ("Ben", "He"),
+    ("Chen", "He"),
+    ("Dara", "She"),
+    ("Emeka", "He"),
+    ("Fatima", "She"),
+    ("Gus", "He"),
+    ("Hana", "She"),
+    ("Ivan", "He"),
+    ("Julia", "She"),
+    ("Kofi", "He"),
+    ("Lena", "She"),
+    ("Mateo", "He"),
+    ("Nia", "She"),
+    ("Omar", "He"),
+    ("Priya", "She"),
+    ("Quinn", "He"),
+    ("Rosa", "She"),
+    ("Sami", "He"),
+    ("Tara", "She"),
 )
 _COUNTABLES = ("marbles", "stickers", "apples", "stamps", "beads", "cards", "shells", "coins", "pencils", "eggs")
 _GOODS = (
-    ("notebook", "notebooks"), ("ticket", "tickets"), ("sandwich", "sandwiches"), ("bottle of juice",
-    "bottles of juice"), ("pen", "pens"), ("box of tea", "boxes of tea"), ("toy car", "toy cars"),
-    ("bag of rice", "bags of rice"), ("poster", "posters"), ("cup of coffee", "cups of coffee"),
+    ("notebook", "notebooks"),
+    ("ticket", "tickets"),
+    ("sandwich", "sandwiches"),
+    ("bottle of juice", "bottles of juice"),
+    ("pen", "pens"),
+    ("box of tea", "boxes of tea"),
+    ("toy car", "toy cars"),
+    ("bag of rice", "bags of rice"),
+    ("poster", "posters"),
+    ("cup of coffee", "cups of coffee"),
 )
 _VEHICLES = ("train", "car", "bus", "truck", "boat", "cyclist")
 
@@ -78,7 +101,9 @@ def _spend_money(rng: random.Random):
     (name, _), (thing, _) = rng.choice(_PEOPLE), rng.choice(_GOODS)
     have = _cents(rng, 40, 399) * 25  # $10.00 .. $99.75 in quarters
     spend = _cents(rng, 4, int(have / CENT) // 25 - 1) * 25
-    question = f"{name} has {_money(have)} and spends {_money(spend)} on a {thing}. How many dollars does {name} have left?"
+    question = (
+        f"{name} has {_money(have)} and spends {_money(spend)} on a {thing}. How many dollars does {name} have left?"
+    )
     return question, have - spend, (have, spend)
 
 
@@ -93,9 +118,7 @@ def _share_equally(rng: random.Random):
     (name, _), items = rng.choice(_PEOPLE), rng.choice(_COUNTABLES)
     friends, each = rng.randint(2, 9), rng.randint(3, 60)
     total = friends * each
-    question = (
-        f"{name} shares {total} {items} equally among {friends} friends. How many {items} does each friend get?"
-    )
+    question = f"{name} shares {total} {items} equally among {friends} friends. How many {items} does each friend get?"
     return question, Decimal(each), (total, friends)
 
 
@@ -165,7 +188,9 @@ def generate_problems(n: int, seed: int, exclude: Iterable[tuple] = ()) -> list[
     while len(problems) < n:
         attempts += 1
         if attempts > 100 * n + 1000:
-            raise RuntimeError(f"could not draw {n} distinct problems (got {len(problems)}); the templates' ranges are too small")
+            raise RuntimeError(
+                f"could not draw {n} distinct problems (got {len(problems)}); the templates' ranges are too small"
+            )
         kind = kinds[len(problems) % len(kinds)]
         question, answer, operands = TEMPLATES[kind](rng)
         problem = Problem(question, answer, kind, operands)

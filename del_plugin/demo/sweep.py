@@ -25,11 +25,19 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-__all__ = ["Setting", "SweepMismatch", "main", "parse_setting", "plan", "run_state", "DEFAULT_SETTINGS",
-           "DEFAULT_SEEDS"]
+__all__ = [
+    "Setting",
+    "SweepMismatch",
+    "main",
+    "parse_setting",
+    "plan",
+    "run_state",
+    "DEFAULT_SETTINGS",
+    "DEFAULT_SEEDS",
+]
 
 # DEL at five weights, then the two distance-aware baselines at the weights docs/criteria.md gives them: NTL-WAS
 # 0.3 (its authors' recommendation, same normalisation as here) and DIST2 1.28 (the weight every digit criterion
@@ -67,8 +75,9 @@ def parse_setting(text: str) -> Setting:
     from ..core.criteria import DIGIT_CRITERIA
 
     if not sep or criterion not in DIGIT_CRITERIA:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected CRITERION:ALPHA with CRITERION one of "
-                                         f"{', '.join(DIGIT_CRITERIA)} (e.g. del:0.3)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected CRITERION:ALPHA with CRITERION one of {', '.join(DIGIT_CRITERIA)} (e.g. del:0.3)"
+        )
     try:
         value = float(alpha)
     except ValueError:
@@ -96,13 +105,16 @@ def run_state(run_dir: Path, spec: dict) -> str:
         old = record.get("spec") or {}
         changed = sorted(k for k in old.keys() | spec.keys() if old.get(k) != spec.get(k))
         differences = ", ".join(f"{k}: {old.get(k)!r} -> {spec.get(k)!r}" for k in changed)
-        raise SweepMismatch(f"{run_dir} holds a run made with other settings ({differences}); give another --out, or "
-                            "delete that folder to redo it")
+        raise SweepMismatch(
+            f"{run_dir} holds a run made with other settings ({differences}); give another --out, or "
+            "delete that folder to redo it"
+        )
     state = record.get("state")
     if state == "done" and (run_dir / "eval" / "report.json").is_file():
         return "done"
-    if state in ("done", "trained") and (spec.get("train") is None
-                                         or (run_dir / "adapter" / "adapter_config.json").is_file()):
+    if state in ("done", "trained") and (
+        spec.get("train") is None or (run_dir / "adapter" / "adapter_config.json").is_file()
+    ):
         return "trained"
     return "new"
 
@@ -131,8 +143,10 @@ def _write_once(path: Path, write) -> Path:
         same = _sha256(path) == _sha256(tmp)
         tmp.unlink()
         if not same:
-            raise SweepMismatch(f"{path} holds other problems than these settings generate (another --steps, "
-                                "--micro-batch-size, --eval-size or --data-seed?); give another --out")
+            raise SweepMismatch(
+                f"{path} holds other problems than these settings generate (another --steps, "
+                "--micro-batch-size, --eval-size or --data-seed?); give another --out"
+            )
         return path
     os.replace(tmp, path)
     return path
@@ -141,17 +155,32 @@ def _write_once(path: Path, write) -> Path:
 def build_parser() -> argparse.ArgumentParser:
     from .pipeline import add_run_options
 
-    parser = argparse.ArgumentParser(prog="python -m del_plugin.demo sweep", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m del_plugin.demo sweep",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", default="runs/efficacy", help="working folder (default: runs/efficacy, git-ignored)")
     parser.add_argument("--publish", help="also copy results.md, summary.json, runs.csv and the plot into this folder")
-    parser.add_argument("--settings", nargs="+", type=parse_setting, default=None, metavar="CRITERION:ALPHA",
-                        help=f"default: {' '.join(DEFAULT_SETTINGS)}; {REFERENCE} (cross-entropy only) is always "
-                        "added, as the reference")
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS),
-                        help="training seeds: LoRA init and data order (default: 42 43 44; 42 is the demo's)")
-    parser.add_argument("--data-seed", type=int, default=42,
-                        help="seed of the generated problems (default: the demo's)")
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        type=parse_setting,
+        default=None,
+        metavar="CRITERION:ALPHA",
+        help=f"default: {' '.join(DEFAULT_SETTINGS)}; {REFERENCE} (cross-entropy only) is always "
+        "added, as the reference",
+    )
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        default=list(DEFAULT_SEEDS),
+        help="training seeds: LoRA init and data order (default: 42 43 44; 42 is the demo's)",
+    )
+    parser.add_argument(
+        "--data-seed", type=int, default=42, help="seed of the generated problems (default: the demo's)"
+    )
     add_run_options(parser)
     parser.add_argument("--no-base", action="store_true", help="skip del-eval of the base model")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of each run (default 2)")
@@ -167,21 +196,51 @@ Planned = list[tuple[Setting | None, int | None, dict]]  # (setting, seed, spec)
 def _specs(args, train_file: Path, eval_file: Path) -> tuple[list[Setting], Planned]:
     from .training import TrainSettings
 
-    settings = list(dict.fromkeys([parse_setting(REFERENCE)] + list(args.settings or map(parse_setting,
-                                                                                          DEFAULT_SETTINGS))))
+    settings = list(
+        dict.fromkeys([parse_setting(REFERENCE)] + list(args.settings or map(parse_setting, DEFAULT_SETTINGS)))
+    )
     data = {"data_seed": args.data_seed, "train_sha256": _sha256(train_file), "heldout_sha256": _sha256(eval_file)}
-    evaluation = {"eval_size": args.eval_size, "max_new_tokens": args.max_new_tokens,
-                  "eval_batch_size": args.eval_batch_size}
+    evaluation = {
+        "eval_size": args.eval_size,
+        "max_new_tokens": args.max_new_tokens,
+        "eval_batch_size": args.eval_batch_size,
+    }
     runs: Planned = []
     if not args.no_base:
-        runs.append((None, None, {"model": "SmolLM2-135M-Instruct", "criterion": None, "alpha": None, "seed": None,
-                                  "train": None, **data, **evaluation}))
+        runs.append(
+            (
+                None,
+                None,
+                {
+                    "model": "SmolLM2-135M-Instruct",
+                    "criterion": None,
+                    "alpha": None,
+                    "seed": None,
+                    "train": None,
+                    **data,
+                    **evaluation,
+                },
+            )
+        )
     for setting, seed in plan(settings, args.seeds):
-        train = TrainSettings(steps=args.steps, micro_batch_size=args.micro_batch_size,
-                              learning_rate=args.learning_rate, seed=seed)
-        runs.append((setting, seed, {"model": "SmolLM2-135M-Instruct", "criterion": setting.criterion,
-                                     "alpha": setting.alpha, "seed": seed, "train": asdict(train), **data,
-                                     **evaluation}))
+        train = TrainSettings(
+            steps=args.steps, micro_batch_size=args.micro_batch_size, learning_rate=args.learning_rate, seed=seed
+        )
+        runs.append(
+            (
+                setting,
+                seed,
+                {
+                    "model": "SmolLM2-135M-Instruct",
+                    "criterion": setting.criterion,
+                    "alpha": setting.alpha,
+                    "seed": seed,
+                    "train": asdict(train),
+                    **data,
+                    **evaluation,
+                },
+            )
+        )
     return settings, runs
 
 
@@ -223,8 +282,14 @@ def _work(run_dir: Path) -> int:
             for stale in ("adapter", "prepared", "eval"):
                 shutil.rmtree(run_dir / stale, ignore_errors=True)
             started = time.perf_counter()
-            config = axolotl_config(model_dir, train_file, run_dir, spec["alpha"], TrainSettings(**spec["train"]),
-                                    criterion=spec["criterion"])
+            config = axolotl_config(
+                model_dir,
+                train_file,
+                run_dir,
+                spec["alpha"],
+                TrainSettings(**spec["train"]),
+                criterion=spec["criterion"],
+            )
             adapter, _ = train_lora(config, run_dir)
             timing["train_s"] = round(time.perf_counter() - started, 1)
             _write_record(run_dir, record | {"state": "trained", "timing": timing})
@@ -232,16 +297,24 @@ def _work(run_dir: Path) -> int:
     eval_dir = run_dir / "eval"
     shutil.rmtree(eval_dir, ignore_errors=True)
     started = time.perf_counter()
-    settings = EvalSettings(batch_size=spec["eval_batch_size"], max_new_tokens=spec["max_new_tokens"],
-                            prompt_format="chat")
+    settings = EvalSettings(
+        batch_size=spec["eval_batch_size"], max_new_tokens=spec["max_new_tokens"], prompt_format="chat"
+    )
     report = evaluate(model_dir, [eval_file], eval_dir, adapter=adapter, name=record["setting"], settings=settings)
     if report["status"] != "complete":
         raise RuntimeError(f"del-eval did not finish: {report['error']}")
     timing["eval_s"] = round(time.perf_counter() - started, 1)
-    _write_record(run_dir, _read_record(run_dir) | {
-        "state": "done", "timing": timing, "metrics": run_metrics(report),
-        "generations": "eval/generations.jsonl", "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    })
+    _write_record(
+        run_dir,
+        _read_record(run_dir)
+        | {
+            "state": "done",
+            "timing": timing,
+            "metrics": run_metrics(report),
+            "generations": "eval/generations.jsonl",
+            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
     return 0
 
 
@@ -273,7 +346,8 @@ def _write_results(out: Path, args, argv, settings, planned, wall: float | None)
         "",
         f"Made by `{command}` ({platform.machine()}, {os.cpu_count()} CPU cores, torch threads {args.threads}); "
         f"{len(runs)} of {len(planned) - (0 if args.no_base else 1)} runs finished"
-        + (f", this invocation's wall time {_hms(wall)}" if wall is not None else "") + ".",
+        + (f", this invocation's wall time {_hms(wall)}" if wall is not None else "")
+        + ".",
         "",
         f"Set-up: the demo's (`python -m del_plugin.demo`): LoRA r 16 on all linear layers, {steps} steps x "
         f"{args.micro_batch_size} problems, lr {args.learning_rate} cosine, {args.eval_size} held-out problems, "
@@ -296,8 +370,10 @@ def _write_results(out: Path, args, argv, settings, planned, wall: float | None)
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     with open(out / "runs.csv", "w", encoding="utf-8") as handle:
-        handle.write(",".join(["setting", "criterion", "alpha", "seed"] + [m.key for m in METRICS]
-                              + ["train_s", "eval_s"]) + "\n")
+        handle.write(
+            ",".join(["setting", "criterion", "alpha", "seed"] + [m.key for m in METRICS] + ["train_s", "eval_s"])
+            + "\n"
+        )
         for r in runs:
             values = [r["setting"], r["spec"]["criterion"], f"{r['spec']['alpha']:g}", str(r["seed"])]
             values += ["" if r["metrics"].get(m.key) is None else repr(r["metrics"][m.key]) for m in METRICS]
@@ -351,8 +427,11 @@ def main(argv: list[str] | None = None) -> int:
     pending = [(p, state) for p, state in zip(planned, states) if state != "done"]
     if args.report_only:
         pending = []
-    print(f"{len(planned)} runs, {len(planned) - len(pending) if not args.report_only else states.count('done')} "
-          f"already done, {len(pending)} to run; working folder {out}", flush=True)
+    print(
+        f"{len(planned)} runs, {len(planned) - len(pending) if not args.report_only else states.count('done')} "
+        f"already done, {len(pending)} to run; working folder {out}",
+        flush=True,
+    )
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     started = time.perf_counter()
     durations: list[float] = []
@@ -360,31 +439,41 @@ def main(argv: list[str] | None = None) -> int:
     for k, ((setting, seed, spec), state) in enumerate(pending, 1):
         run_dir = _run_dir(out, setting, seed)
         if state == "new":
-            _write_record(run_dir, {"setting": "base" if setting is None else setting.key, "seed": seed,
-                                    "spec": spec, "state": "new"})
+            _write_record(
+                run_dir,
+                {"setting": "base" if setting is None else setting.key, "seed": seed, "spec": spec, "state": "new"},
+            )
         eta = ""
-        trainings = [p for p, st in pending[k - 1:] if p[0] is not None and st == "new"]
+        trainings = [p for p, st in pending[k - 1 :] if p[0] is not None and st == "new"]
         if durations and trainings:
             eta = f"; about {_hms(sum(durations) / len(durations) * len(trainings))} left"
-        print(f"\n##### [{k}/{len(pending)}] {name(setting, seed)}: "
-              f"{'evaluating' if state == 'trained' or setting is None else 'training and evaluating'} "
-              f"(elapsed {_hms(time.perf_counter() - started)}{eta}) #####", flush=True)
+        print(
+            f"\n##### [{k}/{len(pending)}] {name(setting, seed)}: "
+            f"{'evaluating' if state == 'trained' or setting is None else 'training and evaluating'} "
+            f"(elapsed {_hms(time.perf_counter() - started)}{eta}) #####",
+            flush=True,
+        )
         run_started = time.perf_counter()
         rc = subprocess.call([sys.executable, "-m", "del_plugin.demo", "sweep", "--worker", str(run_dir)], env=env)
         elapsed = time.perf_counter() - run_started
         if rc != 0:
             failed.append(name(setting, seed))
-            print(f"##### {name(setting, seed)} FAILED (exit status {rc}) after {_hms(elapsed)}; going on #####",
-                  flush=True)
+            print(
+                f"##### {name(setting, seed)} FAILED (exit status {rc}) after {_hms(elapsed)}; going on #####",
+                flush=True,
+            )
             if rc in (-2, 130, 143, -15):  # interrupted: stop the sweep too
                 break
             continue
         if setting is not None and state == "new":
             durations.append(elapsed)
         metrics = _read_record(run_dir).get("metrics") or {}
-        print(f"##### {name(setting, seed)} done in {_hms(elapsed)}: "
-              + ", ".join(f"{key} {value:.4g}" for key, value in metrics.items() if value is not None) + " #####",
-              flush=True)
+        print(
+            f"##### {name(setting, seed)} done in {_hms(elapsed)}: "
+            + ", ".join(f"{key} {value:.4g}" for key, value in metrics.items() if value is not None)
+            + " #####",
+            flush=True,
+        )
         _write_results(out, args, argv, settings, planned, None)
     wall = time.perf_counter() - started
     files = _write_results(out, args, argv, settings, planned, wall)

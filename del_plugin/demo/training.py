@@ -35,8 +35,9 @@ class TrainSettings:
         return self.steps * self.micro_batch_size
 
 
-def axolotl_config(model_dir: Path, train_file: Path, run_dir: Path, del_alpha: float, settings: TrainSettings,
-                   criterion: str = "del") -> dict:
+def axolotl_config(
+    model_dir: Path, train_file: Path, run_dir: Path, del_alpha: float, settings: TrainSettings, criterion: str = "del"
+) -> dict:
     """A LoRA config for SmolLM2's chat template that runs on a CPU (no bf16/fp16, sdpa, no fused kernels).
 
     ``settings.seed`` sets the LoRA initialisation and the order of the training rows (Axolotl shuffles with it),
@@ -45,8 +46,9 @@ def axolotl_config(model_dir: Path, train_file: Path, run_dir: Path, del_alpha: 
     config = {
         "base_model": str(model_dir),
         "tokenizer_config": str(model_dir),
-        "datasets": [{"path": str(train_file), "ds_type": "json", "type": "chat_template",
-                      "field_messages": "messages"}],
+        "datasets": [
+            {"path": str(train_file), "ds_type": "json", "type": "chat_template", "field_messages": "messages"}
+        ],
         "chat_template": "tokenizer_default",
         "val_set_size": 0.0,
         "sequence_len": settings.sequence_len,

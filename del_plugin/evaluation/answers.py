@@ -87,11 +87,10 @@ def extract_answer(text: str) -> ExtractedNumber | None:
         match = _NUMBER.search(text, marker.end())
         if match is not None:
             return ExtractedNumber(_value(match), match.group(0), "marker")
-    last = None
-    for last in _NUMBER.finditer(text):
-        pass
-    if last is None:
+    found = list(_NUMBER.finditer(text))
+    if not found:
         return None
+    last = found[-1]
     return ExtractedNumber(_value(last), last.group(0), "last")
 
 

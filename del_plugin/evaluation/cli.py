@@ -24,11 +24,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{run,compare}")
 
-    run = commands.add_parser("run", help="evaluate one model on JSONL sets",
-                              description="Greedy generation + teacher-forced digit metrics on JSONL sets "
-                                          "(GSM8K `question`/`answer` with '#### N', or plain numeric answers).")
-    run.add_argument("--model", required=True,
-                     help="model folder (or hub id), or an adapter folder such as Axolotl's output_dir")
+    run = commands.add_parser(
+        "run",
+        help="evaluate one model on JSONL sets",
+        description="Greedy generation + teacher-forced digit metrics on JSONL sets "
+        "(GSM8K `question`/`answer` with '#### N', or plain numeric answers).",
+    )
+    run.add_argument(
+        "--model", required=True, help="model folder (or hub id), or an adapter folder such as Axolotl's output_dir"
+    )
     run.add_argument("--adapter", help="LoRA adapter folder to apply to --model")
     run.add_argument("--data", required=True, nargs="+", help="JSONL files, one problem per line")
     run.add_argument("--out", required=True, help="output folder")
@@ -36,12 +40,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--limit", type=int, help="evaluate the first N usable problems of each set")
     run.add_argument("--batch-size", type=int, default=16)
     run.add_argument("--max-new-tokens", type=int, default=256)
-    run.add_argument("--prompt-format", choices=("auto", "chat", "alpaca"), default="auto",
-                     help="chat template, Axolotl's alpaca prompt, or auto (chat when the tokenizer has a template)")
+    run.add_argument(
+        "--prompt-format",
+        choices=("auto", "chat", "alpaca"),
+        default="auto",
+        help="chat template, Axolotl's alpaca prompt, or auto (chat when the tokenizer has a template)",
+    )
     run.add_argument("--no-generate", action="store_true", help="teacher-forced digit metrics only")
     run.add_argument("--no-teacher-forced", action="store_true", help="generation metrics only")
-    run.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
-                     help="auto: float32 on CPU, bfloat16 (or float16) on GPU")
+    run.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        default="auto",
+        help="auto: float32 on CPU, bfloat16 (or float16) on GPU",
+    )
     run.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, …")
 
     compare = commands.add_parser("compare", help="side-by-side table and overlaid plots of several reports")
@@ -56,13 +68,17 @@ def _run(args: argparse.Namespace) -> int:
     from .runner import EvalSettings, evaluate
 
     settings = EvalSettings(
-        batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, prompt_format=args.prompt_format,
-        limit=args.limit, generate=not args.no_generate, teacher_forced=not args.no_teacher_forced,
-        dtype=args.dtype, device=args.device,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        prompt_format=args.prompt_format,
+        limit=args.limit,
+        generate=not args.no_generate,
+        teacher_forced=not args.no_teacher_forced,
+        dtype=args.dtype,
+        device=args.device,
     )
     check_files_exist(args.data)
-    report = evaluate(args.model, args.data, Path(args.out), adapter=args.adapter, name=args.name,
-                      settings=settings)
+    report = evaluate(args.model, args.data, Path(args.out), adapter=args.adapter, name=args.name, settings=settings)
     out = Path(args.out)
     print((out / "report.md").read_text(encoding="utf-8"))
     print(f"report: {out / 'report.json'}\ntable:  {out / 'report.md'}")

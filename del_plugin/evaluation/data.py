@@ -107,7 +107,7 @@ def read_eval_set(path: str | Path, limit: int | None = None, name: str | None =
                 continue
             lines_read += 1
 
-            def skip(reason: str) -> None:
+            def skip(reason: str, line_number: int = line_number) -> None:
                 issues.append(DataIssue(str(path), line_number, reason))
 
             try:

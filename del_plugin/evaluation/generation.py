@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import torch
 
@@ -56,8 +56,9 @@ def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def load_model(model: str | Path, adapter: str | Path | None = None, *, dtype: str = "auto", device: str = "auto"
-               ) -> LoadedModel:
+def load_model(
+    model: str | Path, adapter: str | Path | None = None, *, dtype: str = "auto", device: str = "auto"
+) -> LoadedModel:
     """A causal LM ready for inference. ``model`` is a model folder (or hub id), or an adapter folder such as
     Axolotl's ``output_dir`` (its ``adapter_config.json`` names the base model); ``adapter`` adds a LoRA adapter
     to ``model``. Adapters are merged into the weights, so generation runs at the base model's speed."""
@@ -89,8 +90,14 @@ def load_model(model: str | Path, adapter: str | Path | None = None, *, dtype: s
 
         lm = PeftModel.from_pretrained(lm, str(adapter)).merge_and_unload()
     lm.to(torch_device).eval()
-    return LoadedModel(lm, tokenizer, str(base), None if adapter is None else str(adapter),
-                       str(torch_dtype).removeprefix("torch."), str(torch_device))
+    return LoadedModel(
+        lm,
+        tokenizer,
+        str(base),
+        None if adapter is None else str(adapter),
+        str(torch_dtype).removeprefix("torch."),
+        str(torch_device),
+    )
 
 
 class PromptFormat:
@@ -163,7 +170,11 @@ def generate_greedy(
     eos = _eos_ids(lm)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     config = GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, eos_token_id=eos, pad_token_id=pad_id,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        eos_token_id=eos,
+        pad_token_id=pad_id,
     )
     device = next(model.parameters()).device
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
@@ -174,8 +185,8 @@ def generate_greedy(
         attention = torch.zeros((len(indices), width), dtype=torch.long)
         for row, i in enumerate(indices):
             ids = prompts[i]
-            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids):] = 1
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention[row, width - len(ids) :] = 1
         with torch.inference_mode():
             output = model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device), generation_config=config
@@ -187,9 +198,7 @@ def generate_greedy(
             stop = next((k + 1 for k, t in enumerate(row) if t in eos), None)
             lengths.append(stop if stop is not None else len(row))
             finished.append(stop is not None)
-        texts = [
-            tokenizer.decode(row[:n], skip_special_tokens=True) for row, n in zip(completions.tolist(), lengths)
-        ]
+        texts = [tokenizer.decode(row[:n], skip_special_tokens=True) for row, n in zip(completions.tolist(), lengths)]
         if progress is not None:
             progress.update(len(indices))
         yield indices, texts, lengths, finished

@@ -20,14 +20,13 @@ the characters of the number.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Iterable
 
 import torch
 
 from ..core import DigitVocab, number_places
-
 from ..core.places import NOT_A_DIGIT
 from .answers import format_decimal, is_correct, to_float
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 __all__ = ["plot_entropy_histograms", "plot_place_accuracy"]
 
@@ -32,8 +32,13 @@ def plot_entropy_histograms(series: Sequence[tuple[str, dict | None]], path: Pat
         counts = tf["entropy_histogram"]["counts"]
         total = sum(counts)
         fractions = [c / total for c in counts]
-        ax.stairs(fractions, edges, label=f"{label} (mean {tf['mean_entropy']:.3f})", linewidth=1.8,
-                  linestyle=_STYLES[k % len(_STYLES)])
+        ax.stairs(
+            fractions,
+            edges,
+            label=f"{label} (mean {tf['mean_entropy']:.3f})",
+            linewidth=1.8,
+            linestyle=_STYLES[k % len(_STYLES)],
+        )
     ax.set_xlabel("entropy of the ten-digit distribution at digit targets (nats; ln 10 = uniform)")
     ax.set_ylabel("fraction of digit targets")
     ax.set_title(title)
@@ -52,9 +57,7 @@ def _place_curve(places: dict) -> tuple[list[int], list[float]]:
     return keys, [places[str(p)]["accuracy"] for p in keys]
 
 
-def plot_place_accuracy(
-    series: Sequence[tuple[str, dict | None, dict | None]], path: Path, title: str
-) -> Path | None:
+def plot_place_accuracy(series: Sequence[tuple[str, dict | None, dict | None]], path: Path, title: str) -> Path | None:
     """Per-place digit accuracy; ``series`` is ``(label, generation metrics, teacher_forced stats)``. Left: digits
     of the generated final answers; right: teacher-forced digits of the reference solutions."""
     panels = [
@@ -71,8 +74,7 @@ def plot_place_accuracy(
         position = {p: i for i, p in enumerate(all_places)}
         for k, (label, places) in enumerate(data):
             keys, accuracy = _place_curve(places)
-            ax.plot([position[p] for p in keys], accuracy, marker="o", label=label,
-                    linestyle=_STYLES[k % len(_STYLES)])
+            ax.plot([position[p] for p in keys], accuracy, marker="o", label=label, linestyle=_STYLES[k % len(_STYLES)])
         ax.set_xticks(range(len(all_places)), [f"$10^{{{p}}}$" for p in all_places])
         ax.set_xlabel("place of the digit (left: most significant)")
         ax.set_ylabel("digit accuracy")

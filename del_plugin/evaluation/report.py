@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .plots import plot_entropy_histograms, plot_place_accuracy
 
@@ -118,15 +118,20 @@ def _place_rows(entries: Sequence[tuple[str, dict]], section: str, key: str) -> 
 def _model_line(report: dict) -> str:
     model = report.get("model", {})
     what = model.get("base", "?") + (f" + adapter {model['adapter']}" if model.get("adapter") else "")
-    return (f"Model: `{what}`; prompt format {model.get('prompt_format')}, {model.get('dtype')} on "
-            f"{model.get('device')}; greedy, at most {report.get('settings', {}).get('max_new_tokens')} new tokens.")
+    return (
+        f"Model: `{what}`; prompt format {model.get('prompt_format')}, {model.get('dtype')} on "
+        f"{model.get('device')}; greedy, at most {report.get('settings', {}).get('max_new_tokens')} new tokens."
+    )
 
 
 def report_markdown(report: dict) -> str:
     lines = [f"# del-eval: {report.get('name')}", "", _model_line(report), ""]
     if report.get("status") != "complete":
-        lines += [f"**Status: {report.get('status')}** ({report.get('error')}); the numbers cover the problems "
-                  "finished before the stop.", ""]
+        lines += [
+            f"**Status: {report.get('status')}** ({report.get('error')}); the numbers cover the problems "
+            "finished before the stop.",
+            "",
+        ]
     entries = [(d["name"], d) for d in report["datasets"]]
     if len(entries) > 1:
         entries.append((OVERALL, report["overall"]))
@@ -148,10 +153,16 @@ def write_report_files(report: dict, out_dir: Path) -> dict:
     entry = report["overall"]
     title = f"{report.get('name')}"
     plots = [
-        plot_entropy_histograms([(report["name"], entry.get("teacher_forced"))], out_dir / "entropy_histogram.png",
-                                f"Teacher-forced digit entropy: {title}"),
-        plot_place_accuracy([(report["name"], entry.get("generation"), entry.get("teacher_forced"))],
-                            out_dir / "place_accuracy.png", f"Per-place digit accuracy: {title}"),
+        plot_entropy_histograms(
+            [(report["name"], entry.get("teacher_forced"))],
+            out_dir / "entropy_histogram.png",
+            f"Teacher-forced digit entropy: {title}",
+        ),
+        plot_place_accuracy(
+            [(report["name"], entry.get("generation"), entry.get("teacher_forced"))],
+            out_dir / "place_accuracy.png",
+            f"Per-place digit accuracy: {title}",
+        ),
     ]
     report["files"]["plots"] = [p.name for p in plots if p is not None]
     report["files"]["markdown"] = "report.md"
@@ -195,8 +206,11 @@ def comparison_markdown(reports: Sequence[dict], labels: Sequence[str]) -> str:
         _bold_best(entries, rows)
         lines += ["", f"## {set_name}", ""] + _table(["model"] + list(_COLUMNS), rows)
         lines += _place_sections(entries, "model", "###")
-    lines += ["", "Best value per column in bold (accuracy, MAE, log-MAE, TF digit accuracy). TF = teacher-forced "
-              "on the reference solutions. Entropy is not ranked: lower means more confident, not more correct."]
+    lines += [
+        "",
+        "Best value per column in bold (accuracy, MAE, log-MAE, TF digit accuracy). TF = teacher-forced "
+        "on the reference solutions. Entropy is not ranked: lower means more confident, not more correct.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -216,20 +230,31 @@ def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str
     plot_set = OVERALL if OVERALL in by_set else next(iter(by_set))
     entries = by_set[plot_set]
     histogram = plot_entropy_histograms(
-        [(label, e.get("teacher_forced")) for label, e in entries], out_dir / "entropy_histogram.png",
-        f"Teacher-forced digit entropy ({plot_set})")
+        [(label, e.get("teacher_forced")) for label, e in entries],
+        out_dir / "entropy_histogram.png",
+        f"Teacher-forced digit entropy ({plot_set})",
+    )
     places = plot_place_accuracy(
         [(label, e.get("generation"), e.get("teacher_forced")) for label, e in entries],
-        out_dir / "place_accuracy.png", f"Per-place digit accuracy ({plot_set})")
+        out_dir / "place_accuracy.png",
+        f"Per-place digit accuracy ({plot_set})",
+    )
     for kind, path in (("entropy_histogram", histogram), ("place_accuracy", places)):
         if path is not None:
             written[kind] = path
     summary = {
         "schema": SCHEMA + "/comparison",
         "models": [
-            {"label": label, "report": r.get("_path"), "status": r.get("status"), "model": r.get("model"),
-             "datasets": {d["name"]: {"generation": d.get("generation"), "teacher_forced": d.get("teacher_forced")}
-                          for d in r["datasets"]}}
+            {
+                "label": label,
+                "report": r.get("_path"),
+                "status": r.get("status"),
+                "model": r.get("model"),
+                "datasets": {
+                    d["name"]: {"generation": d.get("generation"), "teacher_forced": d.get("teacher_forced")}
+                    for d in r["datasets"]
+                },
+            }
             for label, r in zip(labels, reports)
         ],
     }

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Sequence
 
 from tqdm.auto import tqdm
 
@@ -103,10 +103,16 @@ def evaluate(
         "status": "running",
         "error": None,
         "warnings": [],
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "del_plugin_version": __version__,
-        "model": {"path": str(model), "base": None, "adapter": None, "prompt_format": settings.prompt_format,
-                  "dtype": settings.dtype, "device": settings.device},
+        "model": {
+            "path": str(model),
+            "base": None,
+            "adapter": None,
+            "prompt_format": settings.prompt_format,
+            "dtype": settings.dtype,
+            "device": settings.device,
+        },
         "settings": asdict(settings),
         "files": {"generations": GENERATIONS_FILE if settings.generate else None, "markdown": None, "plots": []},
         "datasets": [_dataset_entry(s) for s in sets],
@@ -154,8 +160,9 @@ def evaluate(
         load_start = time.perf_counter()
         lm = load_model(model, adapter, dtype=settings.dtype, device=settings.device)
         prompt_format = PromptFormat(lm.tokenizer, settings.prompt_format)
-        report["model"].update(base=lm.base, adapter=lm.adapter, prompt_format=prompt_format.kind,
-                               dtype=lm.dtype, device=lm.device)
+        report["model"].update(
+            base=lm.base, adapter=lm.adapter, prompt_format=prompt_format.kind, dtype=lm.dtype, device=lm.device
+        )
         report["timing"]["load_s"] = round(time.perf_counter() - load_start, 2)
         pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.tokenizer.eos_token_id
 
@@ -191,7 +198,10 @@ def evaluate(
                     prompts = [prompt_format.prompt_ids(e.question) for e in eval_set.examples]
                     with tqdm(total=len(prompts), desc=f"generating {eval_set.name}", unit="problem") as bar:
                         for indices, texts, new_tokens, finished in generate_greedy(
-                            lm, prompts, batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens,
+                            lm,
+                            prompts,
+                            batch_size=settings.batch_size,
+                            max_new_tokens=settings.max_new_tokens,
                             progress=bar,
                         ):
                             for i, text, n_tokens, done in zip(indices, texts, new_tokens, finished):
@@ -212,7 +222,8 @@ def evaluate(
                                     "prediction": None if found is None else format_decimal(found.value),
                                     "prediction_source": None if found is None else found.source,
                                     "correct": correct,
-                                    "abs_error": None if found is None
+                                    "abs_error": None
+                                    if found is None
                                     else to_float(abs(found.value - example.reference)),
                                     "new_tokens": n_tokens,
                                     "ended_with_eos": done,
@@ -225,8 +236,10 @@ def evaluate(
                             save_progress()
             report["timing"]["generation_s"] = round(time.perf_counter() - gen_start, 2)
             if unfinished:
-                message = (f"{unfinished} of {len(lengths)} generations hit --max-new-tokens "
-                           f"{settings.max_new_tokens} before EOS; their answers may be cut off")
+                message = (
+                    f"{unfinished} of {len(lengths)} generations hit --max-new-tokens "
+                    f"{settings.max_new_tokens} before EOS; their answers may be cut off"
+                )
                 LOG.warning(message)
                 report["warnings"].append(message)
         report["status"] = "complete"

@@ -14,15 +14,13 @@ model's distribution over the ten digits of that target's family is read with DE
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
 from ..core import DigitVocab, digit_correct, digit_entropy, digit_targets_from_logits, next_token_places
-
-from ..core.places import NOT_A_DIGIT
-from ..core.places import shift_to_next_token
+from ..core.places import NOT_A_DIGIT, shift_to_next_token
 
 __all__ = ["ENTROPY_BINS", "ENTROPY_EDGES", "TeacherForcedStats", "teacher_forced_batches"]
 
@@ -57,7 +55,7 @@ class TeacherForcedStats:
             self.place_correct[place] = self.place_correct.get(place, 0) + int(correct[at].sum())
             self.place_entropy[place] = self.place_entropy.get(place, 0.0) + float(entropy[at].double().sum())
 
-    def merge(self, other: "TeacherForcedStats") -> None:
+    def merge(self, other: TeacherForcedStats) -> None:
         self.digits += other.digits
         self.correct += other.correct
         self.entropy_sum += other.entropy_sum

@@ -3,7 +3,7 @@ logged parts, kept on the device between logs (no host synchronisation per step)
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -70,8 +70,9 @@ class DigitMetrics:
     def reset(self, split: str) -> None:
         self.sums[split] = {}
 
-    def pop_logs(self, split: str, prefix: str, world_size: int,
-                 reduce: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
+    def pop_logs(
+        self, split: str, prefix: str, world_size: int, reduce: Callable[[torch.Tensor], torch.Tensor]
+    ) -> dict[str, float]:
         """The logged values of ``split`` since the last call (empty if nothing was added), summed over ranks with
         ``reduce``; training parts are averaged over ranks and optimizer steps, as the Trainer's ``loss`` is."""
         sums = self.sums[split]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from ..core.bounds import Bound
 from ..core.criteria import CRITERIA, CriterionSpec, criterion_spec
@@ -14,8 +15,12 @@ __all__ = ["ALPHA_BOUNDS", "DEFAULT_ALPHA", "DELSettings", "criteria_table"]
 
 DEFAULT_ALPHA = 0.1  # a digit criterion's weight when none is given (README: "Choosing del_alpha")
 ALPHA_BOUNDS: dict[str, Bound] = {
-    "digit": Bound(0.0, 100.0, "the digit term is a mean over digits of O(1-10) per digit; above 100 it drowns the "
-                   "cross-entropy (the largest weight converted from the authors' runs is 2.56)"),
+    "digit": Bound(
+        0.0,
+        100.0,
+        "the digit term is a mean over digits of O(1-10) per digit; above 100 it drowns the "
+        "cross-entropy (the largest weight converted from the authors' runs is 2.56)",
+    ),
     "token": Bound(0.0, 1.0, "it interpolates (1 - del_alpha) * CE + del_alpha * criterion"),
     "none": Bound(0.0, 100.0, "mle trains with cross-entropy alone; del_alpha is not used"),
 }
@@ -60,7 +65,7 @@ class DELSettings:
         return self.alpha if self.spec.kind == "digit" else 0.0
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> "DELSettings":
+    def from_config(cls, cfg: Mapping[str, Any]) -> DELSettings:
         """Read ``del_alpha``, ``del_criterion``, ``del_place_weighting``, ``del_integer_slope``,
         ``del_decimal_base`` and the criterion's ``del_<param>`` keys; a missing or None key takes its default."""
 
@@ -74,8 +79,10 @@ class DELSettings:
         enabled = get("del_place_weighting", defaults.enabled)
         if not isinstance(enabled, bool):
             raise ValueError(f"`del_place_weighting` must be true or false, got {enabled!r}")
-        numbers = {name: bound.check(f"del_{name}", get(f"del_{name}", getattr(defaults, name)))
-                   for name, bound in PLACE_WEIGHT_BOUNDS.items()}
+        numbers = {
+            name: bound.check(f"del_{name}", get(f"del_{name}", getattr(defaults, name)))
+            for name, bound in PLACE_WEIGHT_BOUNDS.items()
+        }
         weighting = PlaceWeighting(enabled=enabled, **numbers)
         params = {p.name: get(p.key, p.default) for p in spec.params}
         return cls(criterion=criterion, alpha=get("del_alpha", None), weighting=weighting, params=params)

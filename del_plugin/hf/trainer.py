@@ -17,9 +17,8 @@ The mixin's state is five named objects: ``del_settings`` (:class:`DELSettings`)
 
 from __future__ import annotations
 
-from transformers.utils import logging
-
 import torch
+from transformers.utils import logging
 
 from ..collator import TARGET_PLACES_KEY, NumberSpanCollator
 from ..core.capture import DigitLogitsCapture
@@ -49,19 +48,25 @@ class TokenCriterionLoss:
     def __call__(self, outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
         if logits is None:
-            raise RuntimeError(f"del_plugin: `{self.settings.criterion}` needs the model's logits; the forward "
-                               "returned none (a fused cross-entropy kernel is on)")
+            raise RuntimeError(
+                f"del_plugin: `{self.settings.criterion}` needs the model's logits; the forward "
+                "returned none (a fused cross-entropy kernel is on)"
+            )
         targets = shift_to_next_token(labels, -100).to(logits.device)
         state = {k: v.to(logits.device) if isinstance(v, torch.Tensor) else v for k, v in self.state.items()}
         self.state = state
-        terms = token_criterion_terms(self.settings.criterion, logits, targets, alpha=self.settings.alpha,
-                                      state=state, **self.settings.params)
+        terms = token_criterion_terms(
+            self.settings.criterion, logits, targets, alpha=self.settings.alpha, state=state, **self.settings.params
+        )
         if num_items_in_batch is not None:
             denom = torch.as_tensor(num_items_in_batch, device=logits.device).float()
         else:
             denom = terms.mask.sum().clamp(min=1).float()
-        self.last_parts = {"ce": terms.nll.detach().sum() / denom, "cost": terms.cost.detach().sum(),
-                           "tokens": terms.mask.sum()}
+        self.last_parts = {
+            "ce": terms.nll.detach().sum() / denom,
+            "cost": terms.cost.detach().sum(),
+            "tokens": terms.mask.sum(),
+        }
         return terms.loss.sum() / denom
 
 
@@ -73,8 +78,7 @@ class DELTrainerMixin:
 
     del_settings: DELSettings | None = None
 
-    def __init__(self, *args, del_settings: DELSettings | None = None, del_vocab: DigitVocab | None = None,
-                 **kwargs):
+    def __init__(self, *args, del_settings: DELSettings | None = None, del_vocab: DigitVocab | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         if del_settings is not None:
             self.setup_del(del_settings, del_vocab)
@@ -102,9 +106,15 @@ class DELTrainerMixin:
             model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
             state = spec.prepare(model) if spec.prepare else {}
             self.compute_loss_func = TokenCriterionLoss(settings, state)
-        LOG.info("DEL: criterion %s, alpha=%s, place weighting %s, %d digit famil%s in %s", settings.criterion,
-                 settings.alpha, "on" if settings.weighting.enabled else "off", vocab.num_families,
-                 "y" if vocab.num_families == 1 else "ies", vocab.name)
+        LOG.info(
+            "DEL: criterion %s, alpha=%s, place weighting %s, %d digit famil%s in %s",
+            settings.criterion,
+            settings.alpha,
+            "on" if settings.weighting.enabled else "off",
+            vocab.num_families,
+            "y" if vocab.num_families == 1 else "ies",
+            vocab.name,
+        )
 
     # ------------------------------------------------------------------ normalisation
     def get_batch_samples(self, epoch_iterator, num_batches, device):
@@ -143,15 +153,19 @@ class DELTrainerMixin:
         if targets is None:
             targets = shift_to_next_token(labels, -100)
         elif settings.spec.kind == "token":
-            raise RuntimeError(f"del_plugin: `{settings.criterion}` reads unshifted labels; this batch has "
-                               "shift_labels (sequence or context parallelism), which it does not support")
+            raise RuntimeError(
+                f"del_plugin: `{settings.criterion}` reads unshifted labels; this batch has "
+                "shift_labels (sequence or context parallelism), which it does not support"
+            )
         with self.del_capture:
-            loss, outputs = super().compute_loss(model, inputs, return_outputs=True,
-                                                 num_items_in_batch=num_items_in_batch)
+            loss, outputs = super().compute_loss(
+                model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
+            )
         ce_logged, extra = self._token_criterion_parts(loss, num_items_in_batch)
         digits = self.del_capture.digit_targets(targets)
-        l_sum = digit_criterion_terms(settings.criterion, digits, places.to(digits.logits.device),
-                                      weighting=settings.weighting, **settings.params).sum()
+        l_sum = digit_criterion_terms(
+            settings.criterion, digits, places.to(digits.logits.device), weighting=settings.weighting, **settings.params
+        ).sum()
         alpha, metrics = settings.digit_alpha, self.del_metrics
         split = "train" if model.training else "eval"
         if split == "train" and metrics.step_digits is not None:
@@ -193,8 +207,11 @@ class DELTrainerMixin:
             split = "train" if "loss" in logs else "eval" if f"{prefix}_loss" in logs else None
             if split is not None:
                 reduce = lambda t: self.accelerator.reduce(t, reduction="sum")  # noqa: E731
-                logs.update(self.del_metrics.pop_logs(split, "" if split == "train" else f"{prefix}_",
-                                                      self.args.world_size, reduce))
+                logs.update(
+                    self.del_metrics.pop_logs(
+                        split, "" if split == "train" else f"{prefix}_", self.args.world_size, reduce
+                    )
+                )
         super().log(logs, start_time)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):

@@ -145,17 +145,36 @@ def history_path(table_dir: Path, name: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("configs", nargs="*", type=Path,
-                        help="Axolotl YAML configs, run in this order (default: examples/ablation/<criterion>.yaml for "
-                        "every criterion of del_plugin.core.criteria.CRITERIA, in the registry's order)")
-    parser.add_argument("--override", action="append", default=[], type=parse_override, metavar="KEY=VALUE",
-                        help="set a key in every config (YAML value; a.b=... for nested keys); repeatable")
-    parser.add_argument("--output-root", type=Path, default=None,
-                        help="put each run's output_dir at OUTPUT_ROOT/<config name> instead of the YAML's")
-    parser.add_argument("--table-dir", type=Path, default=Path("outputs/ablation"),
-                        help="where the tables and the per-run log histories go (default: outputs/ablation)")
-    parser.add_argument("--table-only", action="store_true",
-                        help="do not train: rebuild the table from the saved log histories")
+    parser.add_argument(
+        "configs",
+        nargs="*",
+        type=Path,
+        help="Axolotl YAML configs, run in this order (default: examples/ablation/<criterion>.yaml for "
+        "every criterion of del_plugin.core.criteria.CRITERIA, in the registry's order)",
+    )
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        type=parse_override,
+        metavar="KEY=VALUE",
+        help="set a key in every config (YAML value; a.b=... for nested keys); repeatable",
+    )
+    parser.add_argument(
+        "--output-root",
+        type=Path,
+        default=None,
+        help="put each run's output_dir at OUTPUT_ROOT/<config name> instead of the YAML's",
+    )
+    parser.add_argument(
+        "--table-dir",
+        type=Path,
+        default=Path("outputs/ablation"),
+        help="where the tables and the per-run log histories go (default: outputs/ablation)",
+    )
+    parser.add_argument(
+        "--table-only", action="store_true", help="do not train: rebuild the table from the saved log histories"
+    )
     args = parser.parse_args(argv)
 
     from axolotl.utils.logging import get_logger

@@ -1,9 +1,9 @@
 """The reference implementation of ``number_places``, kept as the oracle of the property tests.
 
-This is ``del_plugin.core.places.number_places`` as it was before the collator's fast path (commit c985f29): the
+This is ``del_plugin.core.places.number_places`` as it was before the collator's NumPy path: the
 vectorised torch version (cumulative sums and scatters), whose rules are documented and hand-tested in
 ``tests/test_places.py``. It is kept verbatim, together with the digit-code lookup it relied on
-(``DigitVocab.classify`` / ``decimal_points`` of that commit, rebuilt here from the vocabulary's public fields), so
+(``DigitVocab.classify`` / ``decimal_points`` of that version, rebuilt here from the vocabulary's public fields), so
 that later changes to the production code or to ``DigitVocab``'s lookups cannot change the oracle with them.
 Do not optimise it: its value is that it is the old, slow and trusted code.
 """
@@ -20,7 +20,7 @@ _LEADING_POINT = -3
 
 
 def _codes(labels: torch.Tensor, vocab: DigitVocab) -> torch.Tensor:
-    """``DigitVocab._codes`` of commit c985f29: family * 10 + digit, -2 / -3 for decimal points, -1 elsewhere."""
+    """The digit code of that version's ``DigitVocab._codes``: family * 10 + digit, -2 / -3 for decimal points, -1 elsewhere."""
     ids = [i for fam in vocab.family_token_ids for i in fam] + list(vocab.leading_point_ids)
     if vocab.decimal_point_id is not None:
         ids.append(vocab.decimal_point_id)

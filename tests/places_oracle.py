@@ -20,7 +20,7 @@ _LEADING_POINT = -3
 
 
 def _codes(labels: torch.Tensor, vocab: DigitVocab) -> torch.Tensor:
-    """The digit code of that version's ``DigitVocab._codes``: family * 10 + digit, -2 / -3 for decimal points, -1 elsewhere."""
+    """That version's ``DigitVocab._codes``: family * 10 + digit, -2 / -3 for decimal points, -1 elsewhere."""
     ids = [i for fam in vocab.family_token_ids for i in fam] + list(vocab.leading_point_ids)
     if vocab.decimal_point_id is not None:
         ids.append(vocab.decimal_point_id)

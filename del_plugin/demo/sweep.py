@@ -39,10 +39,10 @@ __all__ = [
     "DEFAULT_SEEDS",
 ]
 
-# DEL at five weights, then the two distance-aware baselines at the weights docs/criteria.md gives them: NTL-WAS
+# DEL at six weights, then the two distance-aware baselines at the weights docs/criteria.md gives them: NTL-WAS
 # 0.3 (its authors' recommendation, same normalisation as here) and DIST2 1.28 (the weight every digit criterion
 # gets in the ablation configs; no DIST2-specific weight is published).
-DEFAULT_SETTINGS = ("del:0", "del:0.1", "del:0.3", "del:1", "del:3", "ntl_was:0.3", "dist2:1.28")
+DEFAULT_SETTINGS = ("del:0", "del:0.03", "del:0.1", "del:0.3", "del:1", "del:3", "ntl_was:0.3", "dist2:1.28")
 DEFAULT_SEEDS = (42, 43, 44)
 REFERENCE = "del:0"
 RUN_FILE = "run.json"

@@ -38,8 +38,9 @@ test-fast: setup
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
 
+# e.g. make demo DEMO_ARGS="--publish docs/demo"
 demo: setup
-	$(PY) -m del_plugin.demo
+	$(PY) -m del_plugin.demo $(DEMO_ARGS)
 
 bench: setup
 	$(PY) bench/run_all.py

@@ -105,6 +105,16 @@ def mem_available_bytes() -> int | None:
     return None
 
 
+def _relative(arg: str) -> str:
+    """A path inside the repository as the reader's clone would name it; anything else unchanged."""
+    for prefix in ("", "--out="):
+        if arg.startswith(prefix + "/"):
+            path = Path(arg[len(prefix) :])
+            if path.is_relative_to(REPO_ROOT):
+                return prefix + str(path.relative_to(REPO_ROOT))
+    return arg
+
+
 def machine_info() -> dict:
     """What a reader needs to compare numbers: CPU, cores, load, memory, versions, commit."""
     info = {
@@ -121,7 +131,7 @@ def machine_info() -> dict:
         "del_plugin": _version("del-plugin"),
         "git_commit": _git_commit(),
         "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
-        "command": " ".join([Path(sys.executable).name] + sys.argv),
+        "command": " ".join([Path(sys.executable).name] + [_relative(arg) for arg in sys.argv]),
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
@@ -382,6 +392,5 @@ def machine_line(info: dict) -> str:
         f"{info['cpu']}, {info['logical_cpus_available']} cores ({info['torch_threads']} torch threads), "
         f"{info['mem_total_gib']} GiB{gpu}; load average {info['load_average_1_5_15']} at start; "
         f"python {info['python']}, torch {info['torch']}, transformers {info['transformers']}, "
-        f"axolotl {info['axolotl']}, ntloss {info['ntloss']}, del-plugin {info['del_plugin']} "
-        f"(commit {info['git_commit']})"
+        f"axolotl {info['axolotl']}, ntloss {info['ntloss']}, del-plugin {info['del_plugin']}"
     )

@@ -16,6 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
 from del_plugin.hf import DELSettings, DELTrainerMixin
+from del_plugin.hf.settings import DEFAULT_ALPHA
 
 EXAMPLES = [
     ("What is 12.5 times 4?", "12.5 * 4 = 50. The answer is 50"),
@@ -41,7 +42,7 @@ def build_trainer(argv: list[str] | None = None, **training_args) -> DELTrainer:
     parser.add_argument("--model", help="model folder (default: a tiny local Llama with the Llama-2 tokenizer)")
     parser.add_argument("--output-dir", default="runs/plain_hf_trainer")
     parser.add_argument("--max-steps", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.3)
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--grad-accum", type=int, default=1)
     args = parser.parse_args(argv)

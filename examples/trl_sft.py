@@ -22,6 +22,7 @@ from trl import SFTConfig
 
 from del_plugin.assets import gsm8k_rows
 from del_plugin.hf import DELSettings
+from del_plugin.hf.settings import DEFAULT_ALPHA
 from del_plugin.hf.trl import DELSFTTrainer
 
 
@@ -47,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", help="model folder (default: a tiny local Llama with the Llama-2 tokenizer)")
     parser.add_argument("--output-dir", default="runs/trl_sft")
     parser.add_argument("--max-steps", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.3)
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     parser.add_argument("--criterion", default="del")
     parser.add_argument("--loss-type", choices=("chunked_nll", "nll", "dft"), default="chunked_nll")
     parser.add_argument("--packing", action="store_true", help="padding-free BFD packing")

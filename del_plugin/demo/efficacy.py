@@ -310,7 +310,7 @@ def plot_sweep(
     runs: Sequence[dict], settings: Sequence[dict], reference: str, path: Path, base: dict | None = None
 ) -> Path | None:
     """Two rows of panels, one column per metric. Top: every run (one line per seed, so the pairing shows) and the
-    mean with its 95 % interval, against ``del_alpha`` for DEL (a symmetric-log axis, so that 0 fits) and at the
+    mean with its 95 % interval, against ``del_alpha`` for DEL (its values evenly spaced, 0 first) and at the
     right, apart, the other criteria. Bottom: setting minus reference on the same seed, mean and 95 % interval.
     ``settings``: dicts with ``label``, ``criterion`` and ``alpha``, in plotting order."""
     if not runs:
@@ -324,12 +324,12 @@ def plot_sweep(
     comparisons = paired_comparisons(runs, reference)
     dels = [s for s in settings if s["criterion"] == "del" and s["label"] in agg]
     others = [s for s in settings if s["criterion"] != "del" and s["label"] in agg]
-    # x positions: DEL's alphas on a symlog scale, the other criteria at fixed spots to the right
-    alphas = [s["alpha"] for s in dels]
-    top = max(alphas or [1.0])
-    positions = {s["label"]: s["alpha"] for s in dels}
+    # x positions: DEL's alphas evenly spaced in increasing order (the sweep's are roughly log-spaced, 0 first),
+    # then, after a gap, the other criteria
+    alphas = sorted({s["alpha"] for s in dels})
+    positions = {s["label"]: float(alphas.index(s["alpha"])) for s in dels}
     for k, s in enumerate(others):
-        positions[s["label"]] = top * 4 ** (k + 1)
+        positions[s["label"]] = len(alphas) + 0.5 + 1.2 * k
     seeds = sorted({r["seed"] for r in runs})
     fig, axes = plt.subplots(2, len(METRICS), figsize=(4.2 * len(METRICS), 7.6), squeeze=False)
     for col, m in enumerate(METRICS):
@@ -383,7 +383,7 @@ def plot_sweep(
         ticks = list(positions.values())
         names = [f"{s['alpha']:g}" for s in dels] + [f"{s['criterion']}\n{s['alpha']:g}" for s in others]
         for a in (ax, dax):
-            a.set_xscale("symlog", linthresh=0.1)
+            a.set_xlim(-0.6, max(ticks) + 0.6)
             a.set_xticks(ticks)
             a.set_xticklabels(names, fontsize=8)
             a.grid(alpha=0.3)

@@ -20,14 +20,9 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-__all__ = ["main", "DEFAULT_ALPHA"]
+from ..hf.settings import DEFAULT_ALPHA  # the DEL run uses the plugin's default weight (docs/efficacy.md)
 
-# DEL's weight. The plugin averages L_num over the digit targets of the optimizer step, while CE is averaged over
-# all answer tokens, of which digits are about half here ("The answer is 27.54" + end of turn). With place weights
-# u = 2..8 (units..thousands, ~5 on average), alpha 0.1 gives each digit a DEL term of the same order as its share
-# of the CE (alpha * u / N_digits ~ 0.5 / N_digits ~ 1 / N_tokens): DEL matters without drowning CE, which still
-# has to teach the answer format. Measured at the start of these runs: CE ~3 per token, L_num ~6-12 per digit.
-DEFAULT_ALPHA = 0.1
+__all__ = ["main", "DEFAULT_ALPHA"]
 
 
 def _cpu_seconds() -> float:
@@ -74,7 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(the committed results live in docs/demo)",
     )
     add_run_options(parser)
-    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="del_alpha of the DEL run")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULT_ALPHA,
+        help=f"del_alpha of the DEL run (default: the plugin's, {DEFAULT_ALPHA:g})",
+    )
     parser.add_argument("--seed", type=int, default=42, help="seed of the problems, the LoRA init and the data order")
     return parser
 

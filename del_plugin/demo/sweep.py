@@ -341,12 +341,14 @@ def _write_results(out: Path, args, argv, settings, planned, wall: float | None)
         return []
     command = "python -m del_plugin.demo sweep" + ("" if not argv else " " + " ".join(argv))
     steps = args.steps
+    train_s, eval_s = (sum((r.get("timing") or {}).get(k) or 0.0 for r in runs) for k in ("train_s", "eval_s"))
     header = [
         "# Efficacy sweep: DEL's weight and two baselines on SmolLM2-135M-Instruct",
         "",
-        f"Made by `{command}` ({platform.machine()}, {os.cpu_count()} CPU cores, torch threads {args.threads}); "
-        f"{len(runs)} of {len(planned) - (0 if args.no_base else 1)} runs finished"
-        + (f", this invocation's wall time {_hms(wall)}" if wall is not None else "")
+        f"Written by `{command}` ({platform.machine()}, {os.cpu_count()} CPU cores, torch threads {args.threads}) "
+        f"from {len(runs)} of {len(planned) - (0 if args.no_base else 1)} runs finished; their fine-tunes took "
+        f"{_hms(train_s)} and their evaluations {_hms(eval_s)}, one run at a time"
+        + (f"; this invocation's wall time {_hms(wall)}" if wall is not None else "")
         + ".",
         "",
         f"Set-up: the demo's (`python -m del_plugin.demo`): LoRA r 16 on all linear layers, {steps} steps x "
@@ -475,10 +477,11 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         _write_results(out, args, argv, settings, planned, None)
-    wall = time.perf_counter() - started
+    wall = None if args.report_only else time.perf_counter() - started
     files = _write_results(out, args, argv, settings, planned, wall)
     if files:
         print("\n" + (out / "results.md").read_text(encoding="utf-8"))
         print("Results:\n" + "\n".join(f"  {p}" for p in files))
-    print(f"Wall time {_hms(wall)}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if wall is not None:
+        print(f"Wall time {_hms(wall)}" + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

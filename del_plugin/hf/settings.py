@@ -13,7 +13,9 @@ from ..core.places import PLACE_WEIGHT_BOUNDS, PlaceWeighting
 
 __all__ = ["ALPHA_BOUNDS", "DEFAULT_ALPHA", "DELSettings", "criteria_table"]
 
-DEFAULT_ALPHA = 0.1  # a digit criterion's weight when none is given (README: "Choosing del_alpha")
+# A digit criterion's weight when none is given: the smallest weight of the efficacy sweep, where DEL cost least
+# (docs/efficacy.md; every larger weight cost more accuracy there). README: "Choosing del_alpha".
+DEFAULT_ALPHA = 0.03
 ALPHA_BOUNDS: dict[str, Bound] = {
     "digit": Bound(
         0.0,

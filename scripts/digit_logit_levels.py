@@ -1,0 +1,121 @@
+"""Where a fine-tune left the digit logits: their raw level, the digits' share of the full softmax and DEL's own
+term, teacher-forced on the held-out reference answers of an efficacy sweep (``python -m del_plugin.demo sweep``).
+
+DEL's binary cross-entropies read the *raw* digit logits, which the full softmax of cross-entropy does not pin
+(adding a constant to the ten digit logits leaves the ten-way distribution unchanged). This reads, at every digit
+target of the reference answers:
+
+* ``z_target`` / ``z_other``: the mean raw logit of the target digit / of the nine other digits of its family;
+* ``z_max``: the mean largest logit over the whole vocabulary (the level the digits compete with);
+* ``digit mass``: the mean full-softmax probability of the ten digits together;
+* ``L_num``: the mean of ``mean_k(p_hat_k * BCE_k)`` (DEL's per-digit term without place weights);
+* ``TF acc``: the share of targets whose largest digit logit is the target (``del-eval``'s TF digit accuracy).
+
+    python scripts/digit_logit_levels.py runs/efficacy --settings del:0 del:0.1 del:1 --seed 42
+
+Prints a Markdown table; ``--json FILE`` also writes the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+from torch.nn.functional import binary_cross_entropy_with_logits, one_hot
+
+from del_plugin.core import DigitVocab, digit_targets_from_logits
+from del_plugin.core.places import shift_to_next_token
+from del_plugin.demo.sweep import parse_setting
+
+COLUMNS = ("z_target", "z_other", "z_max", "digit_mass", "l_num", "tf_accuracy")
+HEADERS = ("z_target", "z_other", "z_max", "digit mass", "L_num", "TF acc")
+
+
+def level_sums(logits: torch.Tensor, aligned_labels: torch.Tensor, vocab: DigitVocab) -> dict[str, float]:
+    """Sums over the digit targets of ``aligned_labels`` (``logits[..., t, :]`` predicts ``aligned_labels[..., t]``)
+    of each quantity in :data:`COLUMNS`, and their count under ``"digits"``."""
+    logits = logits.float()
+    targets = digit_targets_from_logits(logits, aligned_labels, vocab)
+    mask = targets.mask
+    z = targets.logits[mask]  # [N, 10]
+    y = targets.target[mask]
+    full = logits[mask]  # [N, V]
+    onehot = one_hot(y, 10).float()
+    p_hat = z.softmax(-1)
+    family = vocab.classify(aligned_labels)[1][mask]
+    digit_ids = vocab.family_ids(logits.device)[family]  # [N, 10]
+    log_mass = torch.logsumexp(full.gather(-1, digit_ids), -1) - torch.logsumexp(full, -1)
+    z_target = z.gather(-1, y[:, None]).squeeze(-1)
+    return {
+        "digits": float(mask.sum()),
+        "z_target": float(z_target.sum()),
+        "z_other": float(((z.sum(-1) - z_target) / 9).sum()),
+        "z_max": float(full.max(-1).values.sum()),
+        "digit_mass": float(log_mass.exp().sum()),
+        "l_num": float((p_hat * binary_cross_entropy_with_logits(z, onehot, reduction="none")).mean(-1).sum()),
+        "tf_accuracy": float((z.argmax(-1) == y).sum()),
+    }
+
+
+@torch.inference_mode()
+def run_levels(adapter: Path, heldout: Path, batch_size: int) -> dict[str, float]:
+    from del_plugin.evaluation.data import read_eval_set
+    from del_plugin.evaluation.generation import PromptFormat, load_model
+
+    lm = load_model(adapter, dtype="float32", device="cpu")
+    vocab = DigitVocab.from_tokenizer(lm.tokenizer)
+    prompt_format = PromptFormat(lm.tokenizer)
+    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.tokenizer.eos_token_id
+    examples = read_eval_set(heldout).examples
+    sequences = [prompt_format.teacher_forcing_ids(e.question, e.solution) for e in examples]
+    totals: dict[str, float] = {}
+    for start in range(0, len(sequences), batch_size):
+        chunk = sequences[start : start + batch_size]
+        width = max(len(ids) for ids, _ in chunk)
+        input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        labels = torch.full_like(input_ids, -100)
+        for row, (ids, prompt_len) in enumerate(chunk):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention[row, : len(ids)] = 1
+            labels[row, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:])
+        logits = lm.model(input_ids=input_ids, attention_mask=attention).logits
+        for key, value in level_sums(logits, shift_to_next_token(labels, -100), vocab).items():
+            totals[key] = totals.get(key, 0.0) + value
+    return {key: totals[key] / totals["digits"] for key in COLUMNS} | {"digits": totals["digits"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep", type=Path, help="the sweep's working folder (its --out)")
+    parser.add_argument("--settings", nargs="+", required=True, help="e.g. del:0 del:0.1 del:1")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--batch-size", type=int, default=50)
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    args = parser.parse_args(argv)
+
+    heldout = args.sweep / "data" / "heldout.jsonl"
+    if not heldout.is_file():
+        raise SystemExit(f"error: {heldout} is missing; is {args.sweep} a sweep's --out folder?")
+    rows = {}
+    for setting in args.settings:
+        adapter = args.sweep / "runs" / parse_setting(setting).folder / f"seed{args.seed}" / "adapter"
+        if not (adapter / "adapter_config.json").is_file():
+            raise SystemExit(f"error: no trained adapter for {setting} seed {args.seed} at {adapter}")
+        print(f"{setting} seed {args.seed} ...", file=sys.stderr, flush=True)
+        rows[setting] = run_levels(adapter, heldout, args.batch_size)
+    print(f"| setting (seed {args.seed}) | " + " | ".join(HEADERS) + " |")
+    print("|---" * (len(HEADERS) + 1) + "|")
+    for setting, row in rows.items():
+        cells = [f"{row[k]:.2f}" for k in COLUMNS[:3]] + [f"{row['digit_mass']:.3f}", f"{row['l_num']:.3f}"]
+        print(f"| {setting} | " + " | ".join(cells + [f"{100 * row['tf_accuracy']:.1f}%"]) + " |")
+    if args.json:
+        args.json.write_text(json.dumps({"seed": args.seed, "rows": rows}, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -23,8 +23,9 @@ def test_defaults(base):
     cfg = base()
     del cfg["del_alpha"]
     loaded = load_config(cfg)
+    # the README's config table and docs/efficacy.md ("Choosing del_alpha") give these
     assert (loaded.del_alpha, loaded.del_place_weighting, loaded.del_integer_slope, loaded.del_decimal_base) == (
-        0.1,
+        0.03,
         True,
         2.0,
         1.02,

@@ -45,9 +45,12 @@ def _rows_times(hidden: torch.Tensor, rows_t: torch.Tensor) -> torch.Tensor:
 
 def _grad_hidden(grad: torch.Tensor, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``(grad @ rows.float()).to(dtype)`` (``[N, H]``) for float32 ``grad`` ``[N, R]``, in row blocks, so that the
-    float32 product never exists for more than ``_BLOCK_ROWS`` rows at a time."""
-    out = torch.empty(grad.shape[0], rows.shape[1], dtype=dtype, device=grad.device)
+    float32 product never exists for more than ``_BLOCK_ROWS`` rows at a time. A float32 ``h`` takes the product
+    itself: blocks would only add a second ``[N, H]`` buffer to copy from."""
     rows = rows.float()
+    if dtype == torch.float32:
+        return grad @ rows
+    out = torch.empty(grad.shape[0], rows.shape[1], dtype=dtype, device=grad.device)
     for g, o in zip(grad.split(_BLOCK_ROWS), out.split(_BLOCK_ROWS)):
         o.copy_(g @ rows)
     return out

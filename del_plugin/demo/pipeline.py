@@ -25,6 +25,14 @@ from ..hf.settings import DEFAULT_ALPHA  # the DEL run uses the plugin's default
 __all__ = ["main", "DEFAULT_ALPHA"]
 
 
+def publish_files(files: list[Path], folder: Path) -> list[Path]:
+    """Copy ``files`` into ``folder`` (made if missing, same names); the copies' paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in files:
+        shutil.copy2(path, folder / path.name)
+    return [folder / path.name for path in files]
+
+
 def _cpu_seconds() -> float:
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     return sum(u.ru_utime + u.ru_stime for u in usage)
@@ -97,9 +105,11 @@ def _write_results(out: Path, args, argv, train_settings, reports, generations, 
     labels = list(reports)
     findings = findings_text(reports, generations, args.alpha)
     curves = plot_training_curves({k: histories[k] for k in ("MLE", "DEL")}, comparison_dir / "training_curves.png")
-    # the published table names the models, not this machine's home folder
+    # the published table names the models, not this machine's asset cache or home folder
+    from ..assets import cache_root
+
     table = comparison_markdown([reports[k] for k in labels], labels).split("\n", 2)[2]
-    table = table.replace(str(Path.home()), "~")
+    table = table.replace(str(cache_root()), "$DEL_PLUGIN_CACHE").replace(str(Path.home()), "~")
     command = "python -m del_plugin.demo" + ("" if not argv else " " + " ".join(argv))
     end_load = os.getloadavg()[0]
     busy = max(load[0], end_load) > (os.cpu_count() or 1)
@@ -242,11 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         out, args, argv, train_settings, reports, generations, histories, stages.timing, wall, cpu, load
     )
     if args.publish:
-        publish = Path(args.publish)
-        publish.mkdir(parents=True, exist_ok=True)
-        for path in files:
-            shutil.copy2(path, publish / path.name)
-        files = [publish / p.name for p in files]
+        files = publish_files(files, Path(args.publish))
 
     print("\n" + written["markdown"].read_text(encoding="utf-8"))
     print("What the demo found:")

@@ -386,11 +386,9 @@ def _write_results(out: Path, args, argv, settings, planned, wall: float | None)
     if plot is not None:
         files.append(plot)
     if args.publish:
-        publish = Path(args.publish)
-        publish.mkdir(parents=True, exist_ok=True)
-        for path in files:
-            shutil.copy2(path, publish / path.name)
-        files = [publish / p.name for p in files]
+        from .pipeline import publish_files
+
+        files = publish_files(files, Path(args.publish))
     return files
 
 

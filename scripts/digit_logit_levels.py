@@ -64,6 +64,7 @@ def level_sums(logits: torch.Tensor, aligned_labels: torch.Tensor, vocab: DigitV
 def run_levels(adapter: Path, heldout: Path, batch_size: int) -> dict[str, float]:
     from del_plugin.evaluation.data import read_eval_set
     from del_plugin.evaluation.generation import PromptFormat, load_model
+    from del_plugin.evaluation.teacher_forced import pad_teacher_forced
 
     lm = load_model(adapter, dtype="float32", device="cpu")
     vocab = DigitVocab.from_tokenizer(lm.tokenizer)
@@ -73,15 +74,7 @@ def run_levels(adapter: Path, heldout: Path, batch_size: int) -> dict[str, float
     sequences = [prompt_format.teacher_forcing_ids(e.question, e.solution) for e in examples]
     totals: dict[str, float] = {}
     for start in range(0, len(sequences), batch_size):
-        chunk = sequences[start : start + batch_size]
-        width = max(len(ids) for ids, _ in chunk)
-        input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        attention = torch.zeros_like(input_ids)
-        labels = torch.full_like(input_ids, -100)
-        for row, (ids, prompt_len) in enumerate(chunk):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            attention[row, : len(ids)] = 1
-            labels[row, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:])
+        input_ids, attention, labels = pad_teacher_forced(sequences[start : start + batch_size], pad_id)
         logits = lm.model(input_ids=input_ids, attention_mask=attention).logits
         for key, value in level_sums(logits, shift_to_next_token(labels, -100), vocab).items():
             totals[key] = totals.get(key, 0.0) + value

@@ -22,7 +22,7 @@ import torch
 from ..core import DigitVocab, digit_correct, digit_entropy, digit_targets_from_logits, next_token_places
 from ..core.places import NOT_A_DIGIT, shift_to_next_token
 
-__all__ = ["ENTROPY_BINS", "ENTROPY_EDGES", "TeacherForcedStats", "teacher_forced_batches"]
+__all__ = ["ENTROPY_BINS", "ENTROPY_EDGES", "TeacherForcedStats", "pad_teacher_forced", "teacher_forced_batches"]
 
 ENTROPY_BINS = 20
 ENTROPY_EDGES = [math.log(10) * k / ENTROPY_BINS for k in range(ENTROPY_BINS + 1)]
@@ -84,6 +84,22 @@ class TeacherForcedStats:
         }
 
 
+def pad_teacher_forced(
+    sequences: Sequence[tuple[list[int], int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask, labels)`` of ``(token ids, prompt length)`` sequences, right-padded with
+    ``pad_id``; labels are -100 on the prompt and the padding."""
+    width = max(len(ids) for ids, _ in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    labels = torch.full((len(sequences), width), -100, dtype=torch.long)
+    for row, (ids, prompt_len) in enumerate(sequences):
+        input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention[row, : len(ids)] = 1
+        labels[row, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:], dtype=torch.long)
+    return input_ids, attention, labels
+
+
 @torch.inference_mode()
 def teacher_forced_batches(
     model: torch.nn.Module,
@@ -102,14 +118,7 @@ def teacher_forced_batches(
     device = next(model.parameters()).device
     for start in range(0, len(sequences), batch_size):
         chunk = sequences[start : start + batch_size]
-        width = max(len(ids) for ids, _ in chunk)
-        input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(chunk), width), dtype=torch.long)
-        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-        for row, (ids, prompt_len) in enumerate(chunk):
-            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            attention[row, : len(ids)] = 1
-            labels[row, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:], dtype=torch.long)
+        input_ids, attention, labels = pad_teacher_forced(chunk, pad_id)
         logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
         aligned = shift_to_next_token(labels, -100).to(device)
         targets = digit_targets_from_logits(logits, aligned, vocab)

@@ -24,9 +24,9 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.nn.functional import binary_cross_entropy_with_logits, one_hot
 
-from del_plugin.core import DigitVocab, digit_targets_from_logits
+from del_plugin.core import DigitVocab, digit_correct, digit_targets_from_logits
+from del_plugin.core.losses import del_token_losses
 from del_plugin.core.places import shift_to_next_token
 from del_plugin.demo.sweep import parse_setting
 
@@ -43,20 +43,18 @@ def level_sums(logits: torch.Tensor, aligned_labels: torch.Tensor, vocab: DigitV
     z = targets.logits[mask]  # [N, 10]
     y = targets.target[mask]
     full = logits[mask]  # [N, V]
-    onehot = one_hot(y, 10).float()
-    p_hat = z.softmax(-1)
-    family = vocab.classify(aligned_labels)[1][mask]
-    digit_ids = vocab.family_ids(logits.device)[family]  # [N, 10]
-    log_mass = torch.logsumexp(full.gather(-1, digit_ids), -1) - torch.logsumexp(full, -1)
+    # z holds the target family's ten logits: their share of the full softmax is logsumexp(z) - logsumexp(all)
+    log_mass = torch.logsumexp(z, -1) - torch.logsumexp(full, -1)
     z_target = z.gather(-1, y[:, None]).squeeze(-1)
+    l_t = del_token_losses(targets, torch.ones_like(targets.mask, dtype=torch.float32))  # DEL's term, u = 1
     return {
         "digits": float(mask.sum()),
         "z_target": float(z_target.sum()),
         "z_other": float(((z.sum(-1) - z_target) / 9).sum()),
         "z_max": float(full.max(-1).values.sum()),
         "digit_mass": float(log_mass.exp().sum()),
-        "l_num": float((p_hat * binary_cross_entropy_with_logits(z, onehot, reduction="none")).mean(-1).sum()),
-        "tf_accuracy": float((z.argmax(-1) == y).sum()),
+        "l_num": float(l_t.sum()),
+        "tf_accuracy": float(digit_correct(targets).sum()),
     }
 
 

@@ -315,10 +315,9 @@ def plot_sweep(
     ``settings``: dicts with ``label``, ``criterion`` and ``alpha``, in plotting order."""
     if not runs:
         return None
-    import matplotlib
+    from ..evaluation.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     agg = aggregate(runs)
     comparisons = paired_comparisons(runs, reference)
@@ -392,11 +391,7 @@ def plot_sweep(
         dax.set_title(f"{m.title}: minus {reference}", fontsize=9)
         if col == 0:
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=90)
 
 
 def load_runs(paths: Sequence[Path]) -> list[dict]:

@@ -146,10 +146,9 @@ def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha:
 
 def plot_training_curves(histories: dict[str, list[dict]], path: Path) -> Path | None:
     """Cross-entropy, digit entropy and digit accuracy of the training batches, per logged step, one line per run."""
-    import matplotlib
+    from ..evaluation.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     metrics = (
         ("ce_loss", "cross-entropy (train)"),
@@ -168,8 +167,4 @@ def plot_training_curves(histories: dict[str, list[dict]], path: Path) -> Path |
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -10,7 +10,8 @@ __all__ = ["plot_entropy_histograms", "plot_place_accuracy"]
 _STYLES = ("-", "--", "-.", ":")
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (no display needed), imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -19,13 +20,22 @@ def _pyplot():
     return plt
 
 
+def save_figure(fig, path: Path, dpi: int = 100) -> Path:
+    """Lay out ``fig``, write it to ``path`` (its folder made if missing), close it; ``path``."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return path
+
+
 def plot_entropy_histograms(series: Sequence[tuple[str, dict | None]], path: Path, title: str) -> Path | None:
     """Overlaid step histograms of teacher-forced digit entropies; ``series`` is ``(label, teacher_forced dict)``.
     Each histogram is normalised to fractions of its digit targets. Returns None when no series has data."""
     series = [(label, tf) for label, tf in series if tf and tf.get("digits")]
     if not series:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for k, (label, tf) in enumerate(series):
         edges = tf["entropy_histogram"]["edges"]
@@ -45,11 +55,7 @@ def plot_entropy_histograms(series: Sequence[tuple[str, dict | None]], path: Pat
     ax.set_xlim(edges[0], edges[-1])
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _place_curve(places: dict) -> tuple[list[int], list[float]]:
@@ -67,7 +73,7 @@ def plot_place_accuracy(series: Sequence[tuple[str, dict | None, dict | None]], 
     panels = [(name, data) for name, data in panels if data]
     if not panels:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
     for ax, (name, data) in zip(axes[0], panels):
         all_places = sorted({int(p) for _, places in data for p in places}, reverse=True)
@@ -83,8 +89,4 @@ def plot_place_accuracy(series: Sequence[tuple[str, dict | None, dict | None]], 
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -205,42 +205,24 @@ def _specs(args, train_file: Path, eval_file: Path) -> tuple[list[Setting], Plan
         "max_new_tokens": args.max_new_tokens,
         "eval_batch_size": args.eval_batch_size,
     }
-    runs: Planned = []
-    if not args.no_base:
-        runs.append(
-            (
-                None,
-                None,
-                {
-                    "model": "SmolLM2-135M-Instruct",
-                    "criterion": None,
-                    "alpha": None,
-                    "seed": None,
-                    "train": None,
-                    **data,
-                    **evaluation,
-                },
-            )
-        )
+
+    def spec(criterion: str | None, alpha: float | None, seed: int | None, train: dict | None) -> dict:
+        return {
+            "model": "SmolLM2-135M-Instruct",
+            "criterion": criterion,
+            "alpha": alpha,
+            "seed": seed,
+            "train": train,
+            **data,
+            **evaluation,
+        }
+
+    runs: Planned = [] if args.no_base else [(None, None, spec(None, None, None, None))]
     for setting, seed in plan(settings, args.seeds):
         train = TrainSettings(
             steps=args.steps, micro_batch_size=args.micro_batch_size, learning_rate=args.learning_rate, seed=seed
         )
-        runs.append(
-            (
-                setting,
-                seed,
-                {
-                    "model": "SmolLM2-135M-Instruct",
-                    "criterion": setting.criterion,
-                    "alpha": setting.alpha,
-                    "seed": seed,
-                    "train": asdict(train),
-                    **data,
-                    **evaluation,
-                },
-            )
-        )
+        runs.append((setting, seed, spec(setting.criterion, setting.alpha, seed, asdict(train))))
     return settings, runs
 
 

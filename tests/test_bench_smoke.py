@@ -132,3 +132,16 @@ def test_the_chunked_loss_is_axolotls_and_transformers_is_restored():
     chunked = loss_step.axolotl_chunked_ce_loss()
     assert chunked.__name__ == "for_causal_lm_chunked_loss" and chunked.__module__ == "axolotl.monkeypatch.loss.chunked"
     assert (loss_utils.LOSS_MAPPING["ForCausalLM"], loss_utils.ForCausalLMLoss) == before
+
+
+def test_del_on_float32_hidden_states_allocates_one_hidden_sized_buffer(llama_case):
+    """DEL alone, forward + backward, on float32 h: the gradient of h is the only [N, H] buffer (a blocked copy of
+    it would be a second one)."""
+    _, case = llama_case
+    hidden_bytes = case.hidden.numel() * case.hidden.element_size()
+    fn = case.term_fns(None)["del"]
+    fn()  # warm-up
+    case.clear_grad()
+    _, sizes = benchlib.peak_and_allocations(fn, torch.device("cpu"))
+    case.clear_grad()
+    assert sizes.count(hidden_bytes) == 1, sizes

@@ -4,7 +4,7 @@ Every function returns a *per-position* term (``[B, T]`` for ``[B, T]`` labels),
 not apply, so the caller decides the normalisation (``reduce_token_losses`` or the trainer's step-wide digit
 count). Two kinds:
 
-* **Digit criteria** (``ntl_was``, ``ntl_mse``, ``dist2``, ``del``, ``del_dist``) are *added* to cross-entropy,
+* **Digit criteria** (``ntl_was``, ``ntl_mse``, ``dist2``, ``del``, ``del_centered``, ``del_dist``) are *added* to cross-entropy,
   ``L = CE + alpha * mean over digit targets``. They read the ``[..., 10]`` slice of
   :class:`~del_plugin.core.digits.DigitTargets` only: ``p_hat = softmax`` over the ten logits of the
   target's digit family, ``y`` the target digit.
@@ -14,6 +14,7 @@ count). Two kinds:
   - ``dist2``:    ``w_t * KL(q || p_hat)``, ``q = softmax_k(-(y - k)^2 / tau)``, ``w_t`` the DIST2 place weight
                   (:func:`dist2_place_weights`)
   - ``del``:      ``u_t * mean_k(p_hat_k BCE_k)``                  (:func:`~del_plugin.core.losses.del_token_losses`)
+  - ``del_centered``: ``u_t * mean_k(p_hat_k BCE(z_k - mean_j z_j, onehot(y)_k))``  (DEL, shift-invariant)
   - ``del_dist``: ``u_t * mean_k(p_hat_k BCE_k) * sum_k p_hat_k |y - k|``  (DEL times the NTL-WAS distance)
 
 * **Token criteria** (``mixce``, ``emo``) *replace* cross-entropy over all target tokens; they need the full
@@ -39,7 +40,7 @@ import torch.nn.functional as F
 
 from .bounds import Bound
 from .digits import DigitTargets, digit_targets_from_logits
-from .losses import Reduction, del_token_losses, reduce_token_losses
+from .losses import Reduction, del_centered_token_losses, del_token_losses, reduce_token_losses
 from .places import NOT_A_DIGIT, PlaceWeighting, place_weights
 from .vocab import DigitVocab
 
@@ -313,6 +314,10 @@ def _del_terms(digits, places, weighting):
     return del_token_losses(digits, place_weights(places, weighting))
 
 
+def _del_centered_terms(digits, places, weighting):
+    return del_centered_token_losses(digits, place_weights(places, weighting))
+
+
 def _del_dist_terms(digits, places, weighting):
     return del_dist_token_losses(digits, place_weights(places, weighting))
 
@@ -396,6 +401,13 @@ CRITERIA: dict[str, CriterionSpec] = {
             "digit",
             "`CE + alpha * mean_digits u_t mean_k(p_hat_k BCE_k)`",
             _del_terms,
+            place_keys=_DEL_PLACE_KEYS,
+        ),
+        CriterionSpec(
+            "del_centered",
+            "digit",
+            "`CE + alpha * mean_digits u_t mean_k(p_hat_k BCE(z_k - mean_j z_j, onehot(y)_k))`",
+            _del_centered_terms,
             place_keys=_DEL_PLACE_KEYS,
         ),
         CriterionSpec(

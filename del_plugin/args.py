@@ -245,17 +245,24 @@ class _DELValidators(BaseModel):
 
     @model_validator(mode="after")
     def check_model_architecture(self):
-        """Refuse, before the model loads, an architecture whose digit logits are not the head on the final norm."""
+        """Refuse, before the model loads, a config whose logits DEL cannot read exactly (an unknown post-head
+        transform); warn for a model type outside the table, which is measured at the first step."""
         if not plugin_enabled(self):
             return self
         source = getattr(self, "base_model_config", None) or getattr(self, "base_model", None)
         if source:
             from .source_checks import check_model_source
 
+            switches = {
+                "liger_fused_linear_cross_entropy": getattr(self, "liger_fused_linear_cross_entropy", None),
+                "plugins": getattr(self, "plugins", None),
+                "cut_cross_entropy": getattr(self, "cut_cross_entropy", True),
+            }
             check_model_source(
                 str(source),
                 trust_remote_code=bool(getattr(self, "trust_remote_code", False)),
                 revision=getattr(self, "revision_of_model", None),
+                kernels=tuple(fused_cross_entropy(switches)),
             )
         return self
 

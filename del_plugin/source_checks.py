@@ -1,5 +1,5 @@
 """Early checks at config validation, before any model is loaded: the run's tokenizer splits numbers into single
-digits, and the model is an architecture whose digit logits DEL reads exactly from its hidden states."""
+digits, and the model's config sets no post-head logit transform that DEL does not apply."""
 
 from __future__ import annotations
 
@@ -60,8 +60,11 @@ def check_tokenizer_source(
 
 
 @functools.lru_cache(maxsize=16)
-def check_model_source(source: str, *, trust_remote_code: bool, revision: str | None) -> str | None:
-    """Load the model config at ``source`` and refuse an architecture DEL cannot read from hidden states; returns
+def check_model_source(
+    source: str, *, trust_remote_code: bool, revision: str | None, kernels: tuple[str, ...] = ()
+) -> str | None:
+    """Load the model config at ``source`` and refuse one whose logits DEL cannot read exactly, or whose
+    architecture a loss kernel of ``kernels`` (config keys) would train on other logits than the model's; returns
     the model type, or None when the config cannot be loaded here (see :func:`_load_or_postpone`)."""
     from transformers import AutoConfig
 
@@ -69,7 +72,19 @@ def check_model_source(source: str, *, trust_remote_code: bool, revision: str | 
     if config is None:
         return None
     try:
-        check_architecture(config)
+        architecture = check_architecture(config)
     except DigitCaptureError as err:
         raise ValueError(f"del_plugin.DELPlugin: {source}: {err}") from err
+    for key, reason in architecture.kernel_refusals if architecture is not None else ():
+        if key in kernels:
+            raise ValueError(
+                f"del_plugin.DELPlugin: {source}: `{key}: true` with model_type {config.model_type!r}: {reason}"
+            )
+    if architecture is None:
+        LOG.warning(
+            "del_plugin: model_type %r of %s has no entry in DEL's architecture table; DEL measures its digit logits "
+            "against the model's own logits at the first step and stops there if they differ (docs/architectures.md)",
+            config.model_type,
+            source,
+        )
     return config.model_type

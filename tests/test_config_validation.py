@@ -97,12 +97,32 @@ def test_deepspeed_zero3_is_refused(base, tmp_path):
             assert "ZeRO-3" in refused(base(deepspeed=str(path)))
 
 
-def test_unverified_architecture_is_refused_before_the_model_loads(base, tmp_path):
+def test_architectures_are_checked_before_the_model_loads(base, tmp_path):
     from transformers import AutoConfig
 
-    AutoConfig.for_model("gemma2", final_logit_softcapping=30.0).save_pretrained(tmp_path / "gemma2")
-    message = refused(base(base_model=str(tmp_path / "gemma2"), tokenizer_config=str(tokenizer_dir("llama-spm"))))
-    assert "model_type 'gemma2'" in message and "llama, mistral, qwen2" in message
+    from del_plugin.source_checks import check_model_source
+
+    tokenizer = str(tokenizer_dir("llama-spm"))
+    for name, model_type, extra in [
+        ("gemma2", "gemma2", {"final_logit_softcapping": 30.0}),  # in the table: its soft cap is applied
+        ("stablelm", "stablelm", {"logit_scale": 0.0625}),  # outside it, with a transform DEL does not know
+        ("falcon", "falcon_h1", {"lm_head_multiplier": 2.0}),  # beside Liger's FLCE, whose forward drops it
+    ]:
+        AutoConfig.for_model(model_type, **extra).save_pretrained(tmp_path / name)
+    check_model_source.cache_clear()
+    load_config(base(base_model=str(tmp_path / "gemma2"), tokenizer_config=tokenizer))
+    message = refused(base(base_model=str(tmp_path / "stablelm"), tokenizer_config=tokenizer))
+    assert "model_type 'stablelm'" in message and "logit_scale=0.0625" in message and "no table entry" in message
+    falcon = dict(base_model=str(tmp_path / "falcon"), tokenizer_config=tokenizer)
+    load_config(base(**falcon))
+    message = refused(
+        base(
+            **falcon,
+            plugins=["axolotl.integrations.liger.LigerPlugin", "del_plugin.DELPlugin"],
+            liger_fused_linear_cross_entropy=True,
+        )
+    )
+    assert "`liger_fused_linear_cross_entropy: true` with model_type 'falcon_h1'" in message
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,14 @@
 """Capture the digit logits inside a Hugging Face causal LM's forward pass, whatever computes its loss.
 
-A forward hook on the decoder's final norm reads the hidden states the head reads and multiplies them by the
-digit rows of the head's effective weight (:func:`~del_plugin.core.hidden.digit_logits_from_hidden`). The
-final norm runs in every forward of the verified architectures: the plain one, Liger's and Cut Cross Entropy's
-fused ones (which never call the head) and under gradient checkpointing (which recomputes decoder layers only).
-The product is taken inside the forward, while a weight that FSDP shards is still gathered.
+A forward hook on the decoder (``causal_lm.model``) reads the last hidden state it returns, the tensor the head
+reads, and multiplies it by the digit rows of the head's effective weight, plus the head's bias where it has one
+(:func:`~del_plugin.core.hidden.digit_logits_from_hidden`); the architecture's post-head transform
+(:mod:`~del_plugin.core.architectures`: a soft cap, a scale) is then applied to those ten logits. The decoder runs
+once in every forward: the plain one, Liger's and Cut Cross Entropy's fused ones (which never call the head), under
+gradient checkpointing (which recomputes decoder layers, not the decoder's own call) and whatever module computes
+its final norm (Liger replaces it; Phi and Falcon-H1 call it ``final_layernorm``). The product is taken inside the
+forward, while a weight that FSDP shards is still gathered. Multimodal wrappers are read through their text part:
+Gemma-3 and Mistral-3 keep the head on the wrapper, Llama-4 a whole causal LM inside it (``language_model``).
 
 The head's effective weight: ``head.weight`` is the weight itself, the tied input embedding, or PEFT's trainable
 ``modules_to_save`` copy (PEFT's wrapper returns the active copy). A LoRA adapter on the head adds
@@ -22,62 +26,79 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .architectures import ARCHITECTURES, TRANSFORM_KEYS, Architecture, LogitTransform, text_config
 from .digits import DigitTargets
 from .hidden import digit_logits_from_hidden, select_digit_family
 from .vocab import DigitVocab
 
-__all__ = ["VERIFIED_ARCHITECTURES", "DigitCaptureError", "DigitLogitsCapture"]
-
-# model_type -> causal-LM class whose logits are exactly ``lm_head(model.norm(...))`` with a bias-free head (read in
-# transformers 5.20.1). Other architectures scale, cap or bias their logits, or were not checked.
-VERIFIED_ARCHITECTURES: dict[str, str] = {
-    "llama": "LlamaForCausalLM",  # Llama-2, CodeLlama, DeepSeek LLM / Math / Coder, SmolLM2
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",  # Qwen2, Qwen2.5
-}
-# config attributes that transform the logits after the head in other architectures (Gemma-2/3, Cohere, Granite,
-# HyperCLOVA X, MiniCPM3, Falcon-H1, ...): refused even under a verified model_type
-_LOGIT_TRANSFORMS = (
-    "final_logit_softcapping",
-    "logits_soft_cap",
-    "logit_scale",
-    "logits_scaling",
-    "output_multiplier",
-    "lm_head_multiplier",
-    "logits_mup_width_multiplier",
-)
+__all__ = ["DigitCaptureError", "DigitLogitsCapture", "LogitsMismatch", "check_architecture"]
 
 
 class DigitCaptureError(RuntimeError):
     """The model's digit logits cannot be read from its hidden states correctly."""
 
 
-def _unwrap(model: Any) -> Any:
-    """The causal LM inside DDP / DeepSpeed (``.module``) and PEFT (``.get_base_model()``) wrappers."""
-    while hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
-        model = model.module
-    if hasattr(model, "get_base_model"):
-        model = model.get_base_model()
-    return model
+class LogitsMismatch(DigitCaptureError):
+    """The measured digit logits differ from the model's own by more than rounding (``difference``, ``tolerance``)."""
+
+    def __init__(self, message: str, difference: float, tolerance: float):
+        super().__init__(message)
+        self.difference, self.tolerance = difference, tolerance
 
 
-def check_architecture(config: Any) -> None:
-    """Raise :class:`DigitCaptureError` unless the config is of a verified architecture without logit transforms."""
+def _unwrap(model: Any) -> tuple[Any, Any]:
+    """(the model, the causal LM with the head): the model inside DDP / DeepSpeed (``.module``), ``torch.compile``
+    (``._orig_mod``) and PEFT (``.get_base_model()``) wrappers, and the causal LM inside a multimodal wrapper whose
+    text part is a causal LM of its own (Llama-4's ``language_model``), else the model itself."""
+    while True:
+        if hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
+            model = model._orig_mod
+        elif hasattr(model, "get_base_model"):
+            model = model.get_base_model()
+        else:
+            break
+    inner = getattr(model, "language_model", None)
+    if isinstance(inner, torch.nn.Module) and isinstance(getattr(inner, "lm_head", None), torch.nn.Module):
+        return model, inner
+    return model, model
+
+
+def check_architecture(config: Any) -> Architecture | None:
+    """The :class:`~del_plugin.core.architectures.Architecture` of ``config``'s model type, or None for a model type
+    outside the table (then accepted only by measurement, :meth:`DigitLogitsCapture.check_against_logits`). Raises
+    :class:`DigitCaptureError` when the config sets a post-head transform that DEL does not apply for this model
+    type (the digit logits would not be the model's)."""
     model_type = getattr(config, "model_type", None)
-    if model_type not in VERIFIED_ARCHITECTURES:
-        raise DigitCaptureError(
-            f"model_type {model_type!r} is not one DEL reads from hidden states: it is verified for "
-            f"{', '.join(sorted(VERIFIED_ARCHITECTURES))} (Llama-2/CodeLlama/DeepSeek, Mistral, Qwen2/2.5), whose "
-            "logits are exactly the bias-free head applied to the final norm's output. Others scale, cap or bias "
-            "their logits (Gemma-2/3 softcapping, Cohere's logit_scale, Granite's logits_scaling) or were not checked"
-        )
-    for name in _LOGIT_TRANSFORMS:
-        value = getattr(config, name, None)
-        if value not in (None, 1, 1.0):
-            raise DigitCaptureError(
-                f"the model config sets {name}={value!r}, which transforms the logits after the "
-                "head; DEL's digit logits would not be the model's"
-            )
+    architecture = ARCHITECTURES.get(model_type)
+    handled = architecture.reads if architecture is not None else ()
+    configs = [config] + ([text_config(config)] if text_config(config) is not config else [])
+    for name in TRANSFORM_KEYS:
+        if name in handled:
+            continue
+        for part in configs:
+            value = getattr(part, name, None)
+            if value not in (None, 1, 1.0):
+                known = (
+                    "a model type DEL has no table entry for"
+                    if architecture is None
+                    else f"model_type {model_type!r}, whose entry does not read it"
+                )
+                raise DigitCaptureError(
+                    f"model_type {model_type!r}: the model config sets {name}={value!r}, a transform of the logits "
+                    f"after the head, on {known}; DEL's digit logits would not be the model's. Supported model "
+                    f"types: {', '.join(ARCHITECTURES)} (docs/architectures.md)"
+                )
+    return architecture
+
+
+def logits_tolerance(dtype: torch.dtype, scale: float) -> float:
+    """How far the model's own logits may lie from DEL's float32 digit logits by rounding alone: four steps of the
+    logits' dtype at the largest logit (a bf16 head output and a bf16 transform round a few times), and at least
+    1e-4 of it (float32 matrix products summed in another order)."""
+    eps = torch.finfo(dtype).eps if dtype.is_floating_point else 1e-4
+    return max(4 * eps, 1e-4) * max(1.0, scale)
 
 
 class _LoraHead:
@@ -125,54 +146,69 @@ class DigitLogitsCapture:
     """
 
     def __init__(self, model: torch.nn.Module, vocab: DigitVocab, *, differentiable: bool = True):
-        causal_lm = _unwrap(model)
-        config = getattr(causal_lm, "config", None)
-        check_architecture(config)
-        decoder = causal_lm.get_decoder() if hasattr(causal_lm, "get_decoder") else getattr(causal_lm, "model", None)
-        norm = getattr(decoder, "norm", None)
+        outer, causal_lm = _unwrap(model)
+        config = getattr(outer, "config", None)
+        self.model_type = getattr(config, "model_type", None)
+        self.architecture = check_architecture(config)
+        # the transform the model applies (an unlisted model type: none, to be measured)
+        self.transform: LogitTransform | None = (
+            self.architecture.transform(config) if self.architecture is not None else None
+        )
+        decoder = getattr(causal_lm, "model", None)
         head = causal_lm.get_output_embeddings() if hasattr(causal_lm, "get_output_embeddings") else None
-        if not isinstance(norm, torch.nn.Module) or not isinstance(head, torch.nn.Module):
-            raise DigitCaptureError(f"{type(causal_lm).__name__} has no final norm (model.norm) or no LM head")
-        if getattr(head, "bias", None) is not None:
-            raise DigitCaptureError("the LM head has a bias; DEL reads bias-free heads only")
+        if not isinstance(decoder, torch.nn.Module) or not isinstance(head, torch.nn.Module):
+            raise DigitCaptureError(
+                f"model_type {self.model_type!r}: {type(causal_lm).__name__} has no decoder (`.model`) or no LM head "
+                "(get_output_embeddings()), so DEL cannot read what the head reads"
+            )
+        if getattr(head, "weight", None) is None:
+            raise DigitCaptureError(f"model_type {self.model_type!r}: the LM head {type(head).__name__} has no weight")
         self.vocab = vocab
         self.head = head
         self.differentiable = differentiable
         self.lora = _LoraHead(head) if hasattr(head, "lora_A") and hasattr(head, "lora_B") else None
         if self.lora is not None:
             self.lora.check()
+        self.verified = False  # set by check_against_logits
         self._armed = False
         self._logits: torch.Tensor | None = None
-        self._norm_calls = 0
+        self._final: torch.Tensor | None = None
+        self._decoder_calls = 0
         self._lora_calls: dict[str, int] = {}
         self._lora_expected: list[str] = []
-        self._handles = [norm.register_forward_hook(self._on_norm)]
+        self._handles = [decoder.register_forward_hook(self._on_decoder)]
         if self.lora is not None:
             for name, module in self.head.lora_A.items():
                 self._handles.append(module.register_forward_hook(self._lora_hook(name)))
 
     # ------------------------------------------------------------------ hooks
-    def _on_norm(self, module, args, hidden) -> None:
+    def _on_decoder(self, module, args, output) -> None:
         if not self._armed:
             return
-        self._norm_calls += 1
-        if self._norm_calls > 1:
+        self._decoder_calls += 1
+        if self._decoder_calls > 1:
+            raise DigitCaptureError("the decoder ran twice in one captured forward pass; capture one forward at a time")
+        hidden = getattr(output, "last_hidden_state", None)
+        if hidden is None:
+            hidden = output[0] if isinstance(output, (tuple, list)) else output
+        if not isinstance(hidden, torch.Tensor):
             raise DigitCaptureError(
-                "the final norm ran twice in one captured forward pass; capture one forward at a time"
+                f"model_type {self.model_type!r}: the decoder returned {type(output).__name__}, without a last "
+                "hidden state tensor"
             )
         weight = self.head.weight
         if type(weight).__name__ == "DTensor" or hasattr(weight, "placements"):
             raise DigitCaptureError(
-                "the LM head weight is still sharded (a DTensor) when the final norm runs: FSDP wraps lm_head as a "
+                "the LM head weight is still sharded (a DTensor) when the decoder returns: FSDP wraps lm_head as a "
                 "unit of its own, so its full weight exists only inside the head's forward, which fused losses "
                 "skip. Keep lm_head in the root FSDP unit (do not list it in the FSDP wrap policy)"
             )
         if getattr(weight, "ds_numel", None) is not None or weight.numel() == 0:
             raise DigitCaptureError(
-                "the LM head weight is partitioned (DeepSpeed ZeRO-3) when the final norm runs; use ZeRO-2 or FSDP"
+                "the LM head weight is partitioned (DeepSpeed ZeRO-3) when the decoder returns; use ZeRO-2 or FSDP"
             )
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.differentiable):
-            self._logits = digit_logits_from_hidden(hidden, weight, self.vocab)
+            self._logits = digit_logits_from_hidden(hidden, weight, self.vocab, getattr(self.head, "bias", None))
         self._lora_expected = self.lora.active() if self.lora is not None else []
 
     def _lora_hook(self, name: str):
@@ -181,7 +217,7 @@ class DigitLogitsCapture:
                 return
             self._lora_calls[name] = self._lora_calls.get(name, 0) + 1
             if self._logits is None:
-                raise DigitCaptureError("the LM head's LoRA adapter ran before the final norm")
+                raise DigitCaptureError("the LM head's LoRA adapter ran before the decoder returned")
             lora_b = self.lora.head.lora_B[name]
             ids = self.vocab.family_ids(projected.device).reshape(-1)
             bias = None if lora_b.bias is None else lora_b.bias[ids].float()
@@ -189,6 +225,7 @@ class DigitLogitsCapture:
             with torch.autocast(device_type=projected.device.type, enabled=False), torch.set_grad_enabled(grad):
                 delta = F.linear(projected.float(), lora_b.weight[ids].float(), bias) * self.lora.head.scaling[name]
             self._logits = self._logits + delta.unflatten(-1, self._logits.shape[-2:])
+            self._final = None
 
         return on_lora_a
 
@@ -196,7 +233,8 @@ class DigitLogitsCapture:
     def __enter__(self) -> DigitLogitsCapture:
         self._armed = True
         self._logits = None
-        self._norm_calls = 0
+        self._final = None
+        self._decoder_calls = 0
         self._lora_calls = {}
         self._lora_expected = []
         return self
@@ -205,10 +243,11 @@ class DigitLogitsCapture:
         self._armed = False
 
     def digit_logits(self) -> torch.Tensor:
-        """``[B, T, F, 10]`` float32 digit logits of the last captured forward (see ``digit_logits_from_hidden``)."""
+        """``[B, T, F, 10]`` float32 digit logits of the last captured forward, as the model's own logits are: the
+        head's digit rows (and bias) on the decoder's last hidden state, then the architecture's transform."""
         if self._logits is None:
             raise DigitCaptureError(
-                "no digit logits were captured: run the model's forward inside `with capture:` (the final norm did "
+                "no digit logits were captured: run the model's forward inside `with capture:` (the decoder did "
                 "not run in an armed forward)"
             )
         missing = [n for n in self._lora_expected if self._lora_calls.get(n, 0) != 1]
@@ -219,13 +258,63 @@ class DigitLogitsCapture:
                 "would read a different head than the cross-entropy. Use plain cross-entropy, or train the head "
                 "with modules_to_save instead of LoRA"
             )
-        return self._logits
+        if self._final is None:
+            self._final = self._logits if self.transform is None else self.transform(self._logits)
+        return self._final
 
     def digit_targets(self, targets: torch.Tensor) -> DigitTargets:
         """:class:`DigitTargets` of the last captured forward for aligned ``targets`` ``[B, T]`` (position ``t`` of
         the forward predicts ``targets[:, t]``; shift the labels first)."""
         logits = self.digit_logits()
         return select_digit_family(logits, targets.to(logits.device), self.vocab)
+
+    @torch.no_grad()
+    def check_against_logits(
+        self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> float | None:
+        """Measure the captured digit logits against the model's own on one short forward: returns the largest
+        absolute difference, or None when that forward returns no logits; raises :class:`LogitsMismatch` when it
+        exceeds :func:`logits_tolerance` (a model type whose logits DEL does not read exactly).
+
+        The forward runs in eval mode without labels and without a graph (fused cross-entropy forwards compute the
+        logits then), on ``model`` as the trainer holds it; the training mode is restored afterwards."""
+        was_training, differentiable = model.training, self.differentiable
+        model.eval()
+        self.differentiable = False
+        try:
+            with self:
+                outputs = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            logits = outputs.get("logits") if hasattr(outputs, "get") else outputs[0]
+            if logits is None:
+                return None
+            ours = self.digit_logits()
+        finally:
+            model.train(was_training)
+            self.differentiable = differentiable
+            self._logits = self._final = None
+        ids = self.vocab.family_ids(logits.device)
+        theirs = logits[..., ids]  # [B, T, F, 10]
+        keep = torch.ones(theirs.shape[:2], dtype=torch.bool, device=theirs.device)
+        if attention_mask is not None:
+            keep = attention_mask.to(theirs.device).bool()
+        theirs, ours = theirs[keep].float(), ours.to(theirs.device)[keep]
+        difference = (ours - theirs).abs().max().item() if theirs.numel() else 0.0
+        scale = theirs.abs().max().item() if theirs.numel() else 0.0
+        tolerance = logits_tolerance(logits.dtype, scale)
+        if not difference <= tolerance:
+            transform = self.transform.description if self.transform is not None else "none"
+            raise LogitsMismatch(
+                f"model_type {self.model_type!r}: DEL's digit logits differ from the model's own by {difference:.4g} "
+                f"(rounding allows {tolerance:.3g} at a largest logit of {scale:.4g}; post-head transform applied: "
+                f"{transform}), measured on a forward of {int(keep.sum())} tokens. This architecture does not make "
+                "its logits as the head on the decoder's last hidden state"
+                + ("" if self.architecture is not None else ", and it has no entry in DEL's table")
+                + "; DEL cannot train it exactly (docs/architectures.md)",
+                difference,
+                tolerance,
+            )
+        self.verified = True
+        return difference
 
     def remove(self) -> None:
         """Remove the hooks from the model."""

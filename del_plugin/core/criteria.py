@@ -4,8 +4,8 @@ Every function returns a *per-position* term (``[B, T]`` for ``[B, T]`` labels),
 not apply, so the caller decides the normalisation (``reduce_token_losses`` or the trainer's step-wide digit
 count). Two kinds:
 
-* **Digit criteria** (``ntl_was``, ``ntl_mse``, ``dist2``, ``del``, ``del_centered``, ``del_dist``) are *added* to cross-entropy,
-  ``L = CE + alpha * mean over digit targets``. They read the ``[..., 10]`` slice of
+* **Digit criteria** (``ntl_was``, ``ntl_mse``, ``dist2``, ``del``, ``del_centered``, ``del_dist``) are *added* to
+  cross-entropy, ``L = CE + alpha * mean over digit targets``. They read the ``[..., 10]`` slice of
   :class:`~del_plugin.core.digits.DigitTargets` only: ``p_hat = softmax`` over the ten logits of the
   target's digit family, ``y`` the target digit.
 

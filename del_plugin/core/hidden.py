@@ -1,8 +1,8 @@
 """The digit logits from the final hidden states: ``z = h · W[digit ids]ᵀ``, without the ``[..., V]`` logits.
 
-A causal LM's logits are ``h · Wᵀ`` (``h`` the final norm's output, ``W`` the ``[V, H]`` head weight; no bias, no
-scaling, for the architectures the trainer accepts), so the ten logits of a digit family are ``h`` times ten rows
-of ``W``. Reading them this way costs ``N x H x 10F`` multiply-adds and never needs the full logits, so DEL works
+A causal LM's head computes ``h · Wᵀ (+ b)`` (``h`` the final norm's output, ``W`` the ``[V, H]`` head weight; the
+capture applies an architecture's post-head transform), so the ten logits of a digit family are ``h`` times ten
+rows of ``W``. Reading them this way costs ``N x H x 10F`` multiply-adds and never needs the full logits, so DEL works
 beside cross-entropy kernels that never materialise them (Cut Cross Entropy, Liger's fused linear
 cross-entropy).
 
@@ -130,13 +130,16 @@ class _HiddenDigitLogits(torch.autograd.Function):
         return grad_hidden, grad_weight, None, None
 
 
-def digit_logits_from_hidden(hidden: torch.Tensor, head_weight: torch.Tensor, vocab: DigitVocab) -> torch.Tensor:
+def digit_logits_from_hidden(
+    hidden: torch.Tensor, head_weight: torch.Tensor, vocab: DigitVocab, head_bias: torch.Tensor | None = None
+) -> torch.Tensor:
     """The logits of every digit token, ``[..., F, 10]`` float32, from hidden states ``[..., H]``.
 
-    ``hidden`` is what the LM head reads (the final norm's output) and ``head_weight`` its ``[V, H]`` weight;
-    ``out[..., f, d]`` is the logit of digit ``d`` of family ``f`` (``vocab.family_token_ids``). Equal to
-    ``(hidden @ head_weight.T)[..., ids]`` in float32 (module docstring); differentiable in both inputs, with the
-    weight's gradient added in place on its digit rows.
+    ``hidden`` is what the LM head reads (the final norm's output), ``head_weight`` its ``[V, H]`` weight and
+    ``head_bias`` its ``[V]`` bias, if it has one (Phi-2); ``out[..., f, d]`` is the logit of digit ``d`` of family
+    ``f`` (``vocab.family_token_ids``). Equal to ``(hidden @ head_weight.T + head_bias)[..., ids]`` in float32
+    (module docstring); differentiable in every input, with the weight's gradient added in place on its digit rows
+    (a trainable bias gets an ordinary ``[V]`` gradient).
     """
     if head_weight.dim() != 2 or head_weight.shape[0] == 0 or head_weight.shape[1] != hidden.shape[-1]:
         raise ValueError(
@@ -159,6 +162,8 @@ def digit_logits_from_hidden(hidden: torch.Tensor, head_weight: torch.Tensor, vo
         sink = _WeightRowGradient(head_weight)
     with torch.autocast(device_type=hidden.device.type, enabled=False):
         z = _HiddenDigitLogits.apply(hidden, head_weight, ids.reshape(-1), sink)
+        if head_bias is not None:
+            z = z + head_bias[ids.reshape(-1)].float()
     return z.unflatten(-1, tuple(ids.shape))
 
 

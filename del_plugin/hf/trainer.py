@@ -21,7 +21,7 @@ import torch
 from transformers.utils import logging
 
 from ..collator import TARGET_PLACES_KEY, NumberSpanCollator
-from ..core.capture import DigitLogitsCapture
+from ..core.capture import DigitCaptureError, DigitLogitsCapture
 from ..core.criteria import digit_criterion_terms, token_criterion_terms
 from ..core.places import NOT_A_DIGIT, shift_to_next_token
 from ..core.vocab import DigitVocab
@@ -157,6 +157,8 @@ class DELTrainerMixin:
                 f"del_plugin: `{settings.criterion}` reads unshifted labels; this batch has "
                 "shift_labels (sequence or context parallelism), which it does not support"
             )
+        if not self.del_capture.verified:
+            self._check_digit_logits(model, inputs)
         with self.del_capture:
             loss, outputs = super().compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
@@ -183,6 +185,43 @@ class DELTrainerMixin:
         if alpha > 0:
             loss = loss + del_term
         return (loss, outputs) if return_outputs else loss
+
+    # tokens of the first row that the start-up check runs the model on: enough to hold digits, cheap at 7B
+    CHECK_TOKENS = 64
+
+    def _check_digit_logits(self, model, inputs) -> None:
+        """Once, before the first captured forward: the digit logits DEL reads against the model's own, on one
+        no-grad forward of the batch's first row (at most :attr:`CHECK_TOKENS` tokens). Refuses the run with the
+        measured difference when they differ (:meth:`DigitLogitsCapture.check_against_logits`)."""
+        input_ids = inputs.get("input_ids")
+        if input_ids is None:
+            raise KeyError("del_plugin: the batch has no input_ids, which DEL's start-up check of the logits needs")
+        mask = inputs.get("attention_mask")
+        rows = slice(0, 1), slice(0, self.CHECK_TOKENS)
+        difference = self.del_capture.check_against_logits(
+            model, input_ids[rows], None if mask is None or mask.dim() != 2 else mask[rows]
+        )
+        capture = self.del_capture
+        if difference is None and capture.architecture is None:
+            raise DigitCaptureError(
+                f"del_plugin: model_type {capture.model_type!r} has no entry in DEL's architecture table, and its "
+                "forward returned no logits to measure DEL's digit logits against, so they cannot be verified; "
+                "nothing else accepts it (docs/architectures.md)"
+            )
+        if difference is None:
+            LOG.warning(
+                "DEL: model_type %r: the check forward returned no logits, so DEL's digit logits were not measured "
+                "against the model's own (the architecture's table entry is tested)",
+                capture.model_type,
+            )
+            capture.verified = True
+        else:
+            LOG.info(
+                "DEL: model_type %r: digit logits equal the model's own to %.3g (the check forward's largest "
+                "difference)",
+                capture.model_type,
+                difference,
+            )
 
     def _token_criterion_parts(self, loss, num_items_in_batch):
         """(the plain cross-entropy to log, extra sums): for mixce / emo the CE of their NLL, scaled as the Trainer

@@ -1,0 +1,475 @@
+"""Conformance: for every architecture of ``del_plugin.core.architectures.ARCHITECTURES``, a tiny random model built
+from transformers' own config class, with its post-head transform (soft cap, scale, division) and head bias set
+to values that matter, gives
+
+* captured digit logits equal to the model's own logits (float32, within 1e-5), and the start-up measurement
+  (``check_against_logits``) passes;
+* LoRA gradients of CE + DEL, DEL read from the hidden states, equal those of CE + DEL read from the logits;
+* for MoE models, the same digit logits (so the same DEL term) with the routers' auxiliary loss on;
+* where Liger-Kernel patches the architecture, the same gradients under Liger's fused linear cross-entropy
+  forward, its real Triton kernel run by Triton's CPU interpreter.
+
+The table holds exactly the architectures tested here. A model type outside it is accepted by measurement only,
+and a wrong reading is refused with the measured difference.
+
+One test-only replacement: Qwen3.5's gated-delta-rule layers call flash-linear-attention's Triton kernels when the
+package is installed (Axolotl installs it), and those ask for a GPU driver even under the interpreter (their
+autotuner's cache key); the Qwen3.5 models here are built with transformers' own torch implementation instead
+(``fla`` hidden while its modeling module is imported), which is what transformers runs without the package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+from del_plugin.core import DigitLogitsCapture, digit_targets_from_logits, next_token_places, shift_to_next_token
+from del_plugin.core.architectures import ARCHITECTURES, Architecture
+from del_plugin.core.capture import DigitCaptureError, LogitsMismatch, check_architecture
+from del_plugin.core.losses import del_token_losses
+from del_plugin.core.places import place_weights
+
+from fake_vocab import VOCAB, V, encode
+
+TEXT = "it costs 12.75 and 3,040 more: 1.5 or 99"
+COMMON = dict(
+    vocab_size=V,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=128,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+_MOE = dict(num_experts=4, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)
+_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28)
+# per model type: the config beyond COMMON, with every post-head transform set to a value that changes the logits
+CONFIGS: dict[str, dict] = {
+    "llama": {},
+    "mistral": {},
+    "ministral": {},
+    "mixtral": dict(_MOE),
+    "qwen2": {},
+    "qwen2_moe": dict(_MOE, shared_expert_intermediate_size=16),
+    "qwen3": {},
+    "qwen3_moe": dict(_MOE),
+    "qwen3_5_text": dict(
+        linear_num_key_heads=2,
+        linear_num_value_heads=2,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        layer_types=["linear_attention", "full_attention"],
+    ),
+    "gemma": {},
+    "gemma2": dict(final_logit_softcapping=3.0),
+    "gemma3_text": dict(final_logit_softcapping=3.0),
+    "gemma3": dict(
+        text_config=dict(COMMON, final_logit_softcapping=3.0),
+        vision_config=dict(_VISION, patch_size=14),
+        mm_tokens_per_image=4,
+    ),
+    "gemma4_text": dict(final_logit_softcapping=3.0),
+    "phi3": {},
+    "phi": {},
+    "olmo2": {},
+    "olmo3": {},
+    "cohere": dict(logit_scale=0.37),
+    "cohere2": dict(logit_scale=0.37),
+    "granite": dict(logits_scaling=2.7),
+    "granitemoe": dict(_MOE, logits_scaling=2.7),
+    "gpt_oss": dict(_MOE),
+    "deepseek_v3": dict(
+        _MOE,
+        n_routed_experts=4,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=4,
+        v_head_dim=8,
+        kv_lora_rank=16,
+        q_lora_rank=16,
+        first_k_dense_replace=1,
+        n_group=1,
+        topk_group=1,
+        num_key_value_heads=4,
+        head_dim=4,
+    ),
+    "glm4_moe": dict(_MOE, n_routed_experts=4, first_k_dense_replace=1, n_group=1, topk_group=1),
+    "falcon_h1": dict(lm_head_multiplier=2.3),
+    "llama4_text": dict(_MOE, intermediate_size_mlp=64),
+    "llama4": dict(
+        text_config=dict(COMMON, **_MOE, intermediate_size_mlp=64),
+        vision_config=dict(
+            _VISION, patch_size=14, vision_output_dim=16, projector_input_dim=16, projector_output_dim=16
+        ),
+    ),
+    "mistral3": dict(
+        text_config=dict(COMMON, model_type="mistral"),
+        vision_config=dict(_VISION, patch_size=14, head_dim=8),
+    ),
+    "smollm3": {},
+}
+WRAPPERS = ("gemma3", "llama4", "mistral3")  # multimodal: built with AutoModelForImageTextToText
+# MoE models whose forward adds the routers' auxiliary loss (output_router_logits); DeepSeek-V3, GLM-4.5 and
+# Llama-4 balance their experts without one
+MOE_WITH_AUX_LOSS = ("mixtral", "qwen2_moe", "qwen3_moe", "granitemoe", "gpt_oss")
+# LoRA targets where "all-linear" does not fit: Falcon-H1's Mamba mixer (PEFT refuses out_proj / conv1d), Llama-4's
+# router (a Linear whose forward returns a tuple)
+_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LORA_TARGETS = {"falcon_h1": _PROJECTIONS, "llama4_text": _PROJECTIONS, "llama4": _PROJECTIONS}
+
+
+@functools.cache
+def torch_gated_delta_rule() -> None:
+    """Re-import Qwen3.5's modeling module with flash-linear-attention hidden (module docstring), once for the test
+    process: its layers look the kernels up in the module's globals at every call, so it stays that way."""
+    import transformers.models.qwen3_5.modeling_qwen3_5 as module
+
+    saved = sys.modules.get("fla")
+    sys.modules["fla"] = None  # the import fails: transformers falls back to its torch implementation
+    try:
+        importlib.reload(module)
+    finally:
+        if saved is None:
+            sys.modules.pop("fla", None)
+        else:
+            sys.modules["fla"] = saved
+
+
+def tiny_model(model_type: str, *, dtype=torch.float32, extra: dict | None = None) -> torch.nn.Module:
+    """A tiny random model of ``model_type`` from transformers' config class (``CONFIGS``, or ``extra`` instead),
+    float32, eager attention; the head scaled up so that the logits reach the soft cap's non-linear range, a random
+    head bias where there is one."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    extra = CONFIGS[model_type] if extra is None else extra
+    kwargs = dict(extra) if model_type in WRAPPERS else dict(COMMON, **extra)
+    config = AutoConfig.for_model(model_type, **kwargs)
+    torch.manual_seed(5)
+    auto = AutoModelForImageTextToText if model_type in WRAPPERS else AutoModelForCausalLM
+    if model_type == "qwen3_5_text":
+        torch_gated_delta_rule()
+    model = auto.from_config(config, attn_implementation="eager", dtype=dtype)
+    head = model.get_output_embeddings()
+    with torch.no_grad():
+        head.weight.normal_(0.0, 0.6)
+        if getattr(head, "bias", None) is not None:
+            head.bias.normal_(0.0, 1.0)
+    return model.eval()
+
+
+def inputs() -> dict:
+    labels = torch.stack([encode(TEXT), encode(TEXT[::-1])])
+    labels[0, :5] = -100
+    ids = torch.where(labels == -100, 3, labels)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+def family_logits(logits: torch.Tensor) -> torch.Tensor:
+    return logits[..., VOCAB.family_ids(logits.device)]
+
+
+def test_the_table_is_the_tested_list():
+    assert list(CONFIGS) == list(ARCHITECTURES)
+    for model_type, architecture in ARCHITECTURES.items():
+        assert isinstance(architecture, Architecture) and architecture.family, model_type
+
+
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+def test_digit_logits_equal_the_models_own(model_type):
+    model = tiny_model(model_type)
+    batch = inputs()
+    capture = DigitLogitsCapture(model, VOCAB)
+    assert capture.architecture is ARCHITECTURES[model_type]
+    with torch.no_grad(), capture:
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+    theirs = family_logits(out.logits.float())
+    torch.testing.assert_close(capture.digit_logits(), theirs, rtol=1e-5, atol=1e-5)
+    # the transforms set in CONFIGS really change the logits here (the test would pass on an identity otherwise)
+    if capture.transform is not None:
+        raw = capture._logits
+        assert (raw - theirs).abs().max() > 0.05, capture.transform.description
+    difference = capture.check_against_logits(model, batch["input_ids"], batch["attention_mask"])
+    assert difference is not None and difference <= 1e-5 and capture.verified
+    capture.remove()
+
+
+def ce_plus_del(model, *, from_logits: bool, alpha: float = 0.5, **forward_kwargs):
+    """(loss, LoRA gradients) of the model's own CE + alpha * DEL on one batch, DEL read from the logits or from the
+    hidden states."""
+    batch = inputs()
+    targets = shift_to_next_token(batch["labels"], -100)
+    places = next_token_places(batch["labels"], VOCAB)
+    model.train()
+    model.zero_grad(set_to_none=True)
+    capture = DigitLogitsCapture(model, VOCAB)
+    with capture:
+        out = model(**batch, use_cache=False, **forward_kwargs)
+    digits = digit_targets_from_logits(out.logits, targets, VOCAB) if from_logits else capture.digit_targets(targets)
+    capture.remove()
+    loss = out.loss + alpha * del_token_losses(digits, place_weights(places)).sum() / digits.mask.sum()
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def lora(model, model_type: str):
+    from peft import LoraConfig, get_peft_model
+
+    targets = LORA_TARGETS.get(model_type, "all-linear")
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets))
+    torch.manual_seed(6)
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.2)
+    return model
+
+
+def assert_same_gradients(reference, ours):
+    (ref_loss, ref_grads), (loss, grads) = reference, ours
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-5)
+    assert grads.keys() == ref_grads.keys() and any("lora_A" in n for n in grads)
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+def test_lora_gradients_equal_the_logits_path(model_type):
+    model = lora(tiny_model(model_type), model_type)
+    assert_same_gradients(ce_plus_del(model, from_logits=True), ce_plus_del(model, from_logits=False))
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "phi", "falcon_h1"])
+def test_gradient_checkpointing_still_reads_the_last_hidden_state(model_type):
+    model = tiny_model(model_type)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+    model = lora(model, model_type)
+    assert_same_gradients(ce_plus_del(model, from_logits=True), ce_plus_del(model, from_logits=False))
+
+
+@pytest.mark.parametrize("model_type", MOE_WITH_AUX_LOSS)
+def test_router_auxiliary_loss_leaves_the_digit_logits_alone(model_type):
+    model = tiny_model(model_type)
+    batch = inputs()
+    results = {}
+    for router_logits in (False, True):
+        model.config.router_aux_loss_coef = 0.7
+        capture = DigitLogitsCapture(model, VOCAB)
+        with torch.no_grad(), capture:
+            out = model(**batch, use_cache=False, output_router_logits=router_logits)
+        results[router_logits] = (out.loss, capture.digit_logits())
+        capture.remove()
+    (plain_loss, plain_digits), (aux_loss, aux_digits) = results[False], results[True]
+    assert aux_loss != plain_loss  # the auxiliary loss is on, and in the model's loss
+    torch.testing.assert_close(aux_digits, plain_digits, rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------------------------ measurement
+def test_a_model_type_outside_the_table_is_accepted_by_measurement():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("stablelm", **COMMON)
+    assert config.model_type not in ARCHITECTURES and check_architecture(config) is None
+    torch.manual_seed(3)
+    model = AutoModelForCausalLM.from_config(config)
+    model.train()
+    capture = DigitLogitsCapture(model, VOCAB)
+    assert capture.architecture is None and not capture.verified
+    batch = inputs()
+    assert capture.check_against_logits(model, batch["input_ids"]) <= 1e-5
+    assert capture.verified and model.training  # the training mode is restored
+
+
+def test_a_wrong_reading_is_refused_with_the_measured_difference(monkeypatch):
+    # Granite's entry without its division: the capture accepts it, the measurement refuses it
+    monkeypatch.setitem(ARCHITECTURES, "granite", Architecture("Granite, read wrongly", reads=("logits_scaling",)))
+    model = tiny_model("granite")
+    capture = DigitLogitsCapture(model, VOCAB)
+    batch = inputs()
+    with pytest.raises(LogitsMismatch, match=r"model_type 'granite': DEL's digit logits differ .* by \d") as err:
+        capture.check_against_logits(model, batch["input_ids"], batch["attention_mask"])
+    assert err.value.difference > 100 * err.value.tolerance and not capture.verified
+
+
+@pytest.mark.parametrize(
+    ("model_type", "extra", "words"),
+    [
+        ("stablelm", {"logit_scale": 0.0625}, "logit_scale=0.0625.*no table entry"),
+        ("llama", {"logits_scaling": 8.0}, "logits_scaling=8.0.*whose entry does not read it"),
+        ("gemma2", {"logit_scale": 2.0}, "logit_scale=2.0"),
+    ],
+)
+def test_a_transform_del_does_not_apply_is_refused_up_front(model_type, extra, words):
+    from transformers import AutoConfig
+
+    with pytest.raises(DigitCaptureError, match=words):
+        check_architecture(AutoConfig.for_model(model_type, **extra))
+
+
+# ------------------------------------------------------------------------------------------------ Liger
+# Liger patches these but cannot train them with its fused linear cross-entropy: Granite (Liger raises
+# NotImplementedError itself), Falcon-H1 and the Llama-4 wrapper (their table entries refuse the key, see
+# test_liger_forwards_that_train_other_logits_are_refused)
+LIGER_WITHOUT_FLCE = ("granite", "falcon_h1", "llama4")
+
+
+def liger_types() -> list[str]:
+    try:
+        from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+    except ImportError:
+        return []
+    return [t for t in CONFIGS if t in MODEL_TYPE_TO_APPLY_LIGER_FN and t not in LIGER_WITHOUT_FLCE]
+
+
+def apply_liger_flce_only(model_type: str) -> None:
+    """Liger's ``apply_liger_kernel_to_<model_type>`` with its fused linear cross-entropy on and every other kernel
+    off (the keyword names differ between architectures: swiglu, geglu, layer_norm ...)."""
+    import inspect
+
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    apply = MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
+    switches = [p for p, v in inspect.signature(apply).parameters.items() if isinstance(v.default, bool)]
+    apply(**{p: p == "fused_linear_cross_entropy" for p in switches})
+
+
+@contextlib.contextmanager
+def restored_class_forward(model):
+    """Liger's ``apply_liger_kernel_to_*`` replaces the causal LM class's forward and transformers' loss: undo both."""
+    from transformers.loss import loss_utils
+
+    cls = type(model.get_base_model() if hasattr(model, "get_base_model") else model)
+    saved = cls.__dict__.get("forward")
+    saved_loss = dict(loss_utils.LOSS_MAPPING), loss_utils.ForCausalLMLoss, loss_utils.nn.functional.cross_entropy
+    try:
+        yield
+    finally:
+        if saved is not None:
+            cls.forward = saved
+        loss_utils.LOSS_MAPPING.clear()
+        loss_utils.LOSS_MAPPING.update(saved_loss[0])
+        loss_utils.ForCausalLMLoss, loss_utils.nn.functional.cross_entropy = saved_loss[1:]
+
+
+class _InterpretedScalar(float):
+    """A float with the ``.to(dtype)`` that a compiled Triton kernel's scalar argument has and the interpreter's plain
+    Python float lacks (Liger's cross-entropy kernel calls ``softcap.to(tl.float32)``)."""
+
+    def to(self, dtype):
+        return float(self)  # the interpreter converts plain floats, not subclasses, to its scalars
+
+
+def _interpreted_tanh(x):
+    # libdevice's tanh is a CUDA extern the interpreter evaluates to None; tanh(x) = 2 sigmoid(2x) - 1
+    import triton.language as tl
+
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@contextlib.contextmanager
+def softcap_through_the_interpreter():
+    """Test-only shims for Gemma's soft cap in Liger's real cross-entropy kernel under Triton's interpreter: its
+    ``softcap`` argument wrapped in :class:`_InterpretedScalar`, and the kernel's ``tanh`` (a CUDA libdevice extern)
+    replaced by the same function in ``tl`` operations. The rest of the kernel runs unchanged."""
+    from liger_kernel.ops import cross_entropy as ce
+    from liger_kernel.ops import fused_linear_cross_entropy as flce
+
+    kernel, tanh = flce.liger_cross_entropy_kernel, ce.tanh
+
+    class Launch:
+        def __getitem__(self, grid):
+            launch = kernel[grid]
+
+            def run(*args, **kwargs):
+                if isinstance(kwargs.get("softcap"), float):
+                    kwargs["softcap"] = _InterpretedScalar(kwargs["softcap"])
+                return launch(*args, **kwargs)
+
+            return run
+
+    flce.liger_cross_entropy_kernel, ce.tanh = Launch(), _interpreted_tanh
+    try:
+        yield
+    finally:
+        flce.liger_cross_entropy_kernel, ce.tanh = kernel, tanh
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="Liger's kernels need Triton's interpreter")
+@pytest.mark.parametrize("model_type", liger_types())
+def test_liger_fused_linear_cross_entropy_forward(model_type):
+    extra = None
+    if model_type == "gemma3":
+        # Liger's Gemma-3 wrapper forward applies text_config.final_logit_softcapping, which transformers' wrapper
+        # does not (Gemma-3 checkpoints set none): tested without one, as the checkpoints are
+        extra = dict(CONFIGS["gemma3"], text_config=dict(COMMON, final_logit_softcapping=None))
+    model = lora(tiny_model(model_type, extra=extra), model_type)
+    reference = ce_plus_del(model, from_logits=True)
+    with restored_class_forward(model), softcap_through_the_interpreter():
+        apply_liger_flce_only(model_type)
+        model.train()
+        batch = inputs()
+        with torch.no_grad():
+            assert model(**batch, use_cache=False).logits is None  # the fused forward really runs
+        fused = ce_plus_del(model, from_logits=False)
+    assert_same_gradients(reference, fused)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="Liger's kernels need Triton's interpreter")
+def test_liger_falcon_h1_forward_drops_the_lm_head_multiplier():
+    """Why Falcon-H1's entry refuses Liger's FLCE: its patched forward's loss is the cross-entropy of h · Wᵀ, not of
+    the model's logits h · Wᵀ x lm_head_multiplier."""
+    import torch.nn.functional as F
+
+    model = tiny_model("falcon_h1")
+    batch = inputs()
+    with torch.no_grad():
+        own = model(**batch, use_cache=False)
+        flat = shift_to_next_token(batch["labels"], -100).reshape(-1)
+        unscaled = F.cross_entropy((own.logits / 2.3).reshape(-1, V), flat, ignore_index=-100)
+        assert own.loss.item() == pytest.approx(
+            F.cross_entropy(own.logits.reshape(-1, V), flat, ignore_index=-100).item(), rel=1e-5
+        )
+        with restored_class_forward(model):
+            apply_liger_flce_only("falcon_h1")
+            model.train()
+            liger = model(**batch, use_cache=False)
+    assert liger.logits is None
+    assert liger.loss.item() == pytest.approx(unscaled.item(), rel=1e-4)
+    assert abs(liger.loss.item() - own.loss.item()) > 1.0
+
+
+@pytest.mark.parametrize(
+    ("model_type", "kernel_key"),
+    [("falcon_h1", "liger_fused_linear_cross_entropy"), ("llama4", "liger_fused_linear_cross_entropy")],
+)
+def test_liger_forwards_that_train_other_logits_are_refused(tmp_path, model_type, kernel_key):
+    from transformers import AutoConfig
+
+    from del_plugin.source_checks import check_model_source
+
+    kwargs = dict(CONFIGS[model_type]) if model_type in WRAPPERS else dict(COMMON, **CONFIGS[model_type])
+    AutoConfig.for_model(model_type, **kwargs).save_pretrained(tmp_path)
+    assert check_model_source(str(tmp_path), trust_remote_code=False, revision=None) == model_type
+    check_model_source.cache_clear()
+    with pytest.raises(ValueError, match=rf"`{kernel_key}: true` with model_type '{model_type}': Liger's"):
+        check_model_source(str(tmp_path), trust_remote_code=False, revision=None, kernels=(kernel_key,))
+
+
+def test_docs_table_is_the_table():
+    from pathlib import Path
+
+    from del_plugin.core.architectures import architectures_table
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architectures.md").read_text(encoding="utf-8")
+    start = text.index("-->\n", text.index("<!-- architectures-table")) + 4
+    assert text[start : text.index("<!-- /architectures-table -->")] == architectures_table(), (
+        "docs/architectures.md's table is out of date; paste del_plugin.core.architectures.architectures_table()"
+    )

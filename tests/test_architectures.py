@@ -473,3 +473,63 @@ def test_docs_table_is_the_table():
     assert text[start : text.index("<!-- /architectures-table -->")] == architectures_table(), (
         "docs/architectures.md's table is out of date; paste del_plugin.core.architectures.architectures_table()"
     )
+
+
+# ------------------------------------------------------------------------------------------------ Axolotl
+def arch_model_dir(tmp_path, model_type: str):
+    """A tiny random model of ``model_type`` (CONFIGS' transforms and shapes) with the Llama-2 tokenizer's
+    vocabulary, saved with that tokenizer: the plugin path for an architecture, whatever the family's tokenizer."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from del_plugin.assets import load_tokenizer
+
+    tokenizer = load_tokenizer("llama-spm")
+    specials = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=0)
+    config = AutoConfig.for_model(
+        model_type, **dict(COMMON, **CONFIGS.get(model_type, {}), vocab_size=len(tokenizer), **specials)
+    )
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    out = tmp_path / model_type
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def arch_data(tmp_path_factory):
+    from del_plugin.assets import gsm8k_rows
+    from del_plugin.cpu import write_alpaca_jsonl
+
+    return write_alpaca_jsonl(tmp_path_factory.mktemp("arch-data") / "d.jsonl", gsm8k_rows(8))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("model_type", ["gemma2", "phi", "qwen3_moe", "stablelm"])
+def test_the_axolotl_plugin_trains_other_architectures(tmp_path, arch_data, model_type):
+    """In-process Axolotl runs with the plugin: soft cap (Gemma-2), head bias and final_layernorm (Phi-2), MoE
+    (Qwen3-MoE) and a model type outside the table (StableLM), accepted by the first step's measurement."""
+    from axolotl_helpers import cpu_config, run_axolotl
+    from trainer_checks import train_logs
+
+    model_dir = arch_model_dir(tmp_path, model_type)
+    trainer = run_axolotl(cpu_config(tmp_path, model_dir, arch_data, max_steps=2, seed=7))
+    assert trainer.del_capture.verified and trainer.del_capture.model_type == model_type
+    assert (trainer.del_capture.architecture is None) == (model_type not in ARCHITECTURES)
+    assert trainer.del_capture.measured_difference <= 1e-5  # float32 model: the first step's measurement
+    logs = train_logs(trainer)
+    assert len(logs) == 2
+    for log in logs:
+        assert log["digit_targets"] > 0
+        assert log["del_loss"] == pytest.approx(0.3 * log["del_l_num"], rel=1e-4)
+        assert log["ce_loss"] + log["del_loss"] == pytest.approx(log["loss"], rel=1e-5)
+
+
+@pytest.mark.e2e
+def test_the_axolotl_plugin_stops_a_wrong_reading_at_the_first_step(tmp_path, arch_data, monkeypatch):
+    from axolotl_helpers import cpu_config, run_axolotl
+
+    monkeypatch.setitem(ARCHITECTURES, "granite", Architecture("Granite, read wrongly", reads=("logits_scaling",)))
+    model_dir = arch_model_dir(tmp_path, "granite")
+    with pytest.raises(LogitsMismatch, match="model_type 'granite': DEL's digit logits differ"):
+        run_axolotl(cpu_config(tmp_path, model_dir, arch_data, max_steps=1))

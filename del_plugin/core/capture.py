@@ -169,7 +169,8 @@ class DigitLogitsCapture:
         self.lora = _LoraHead(head) if hasattr(head, "lora_A") and hasattr(head, "lora_B") else None
         if self.lora is not None:
             self.lora.check()
-        self.verified = False  # set by check_against_logits
+        self.verified = False  # set by check_against_logits, with the difference it measured
+        self.measured_difference: float | None = None
         self._armed = False
         self._logits: torch.Tensor | None = None
         self._final: torch.Tensor | None = None
@@ -313,7 +314,7 @@ class DigitLogitsCapture:
                 difference,
                 tolerance,
             )
-        self.verified = True
+        self.verified, self.measured_difference = True, difference
         return difference
 
     def remove(self) -> None:

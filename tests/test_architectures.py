@@ -533,3 +533,14 @@ def test_the_axolotl_plugin_stops_a_wrong_reading_at_the_first_step(tmp_path, ar
     model_dir = arch_model_dir(tmp_path, "granite")
     with pytest.raises(LogitsMismatch, match="model_type 'granite': DEL's digit logits differ"):
         run_axolotl(cpu_config(tmp_path, model_dir, arch_data, max_steps=1))
+
+
+def test_the_readme_lists_the_tested_architectures():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    start = text.index("**Supported architectures**")
+    paragraph = text[start : text.index("\n\n", start)]
+    listed = re.findall(r"`([a-z0-9_]+)`", paragraph[: paragraph.index("At the first step")])
+    assert listed == list(ARCHITECTURES)

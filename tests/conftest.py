@@ -1,7 +1,14 @@
 import os
-import sys
 
-import pytest
+# Triton's CPU interpreter, for the whole suite: Triton reads TRITON_INTERPRET when it is first imported (liger_kernel
+# and Axolotl's integrations import it), and without it every Triton kernel fails here ("0 active drivers"). With it,
+# Liger's real kernels run on the CPU (slowly: tiny shapes). setdefault: TRITON_INTERPRET=0 in the environment turns
+# it off. This must stay above every import that could import triton.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 

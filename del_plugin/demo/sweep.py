@@ -325,7 +325,7 @@ def _write_results(out: Path, args, argv, settings, planned, wall: float | None)
     steps = args.steps
     train_s, eval_s = (sum((r.get("timing") or {}).get(k) or 0.0 for r in runs) for k in ("train_s", "eval_s"))
     header = [
-        "# Efficacy sweep: DEL's weight and two baselines on SmolLM2-135M-Instruct",
+        "# Efficacy sweep on SmolLM2-135M-Instruct: " + ", ".join(s.key for s in settings),
         "",
         f"Written by `{command}` ({platform.machine()}, {os.cpu_count()} CPU cores, torch threads {args.threads}) "
         f"from {len(runs)} of {len(planned) - (0 if args.no_base else 1)} runs finished; their fine-tunes took "

@@ -33,7 +33,7 @@ test: setup lint
 	$(PY) -m pytest -q
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not e2e"
+	$(PY) -m pytest -q -m "not e2e and not interpreter"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,6 +1,9 @@
-"""DEL beside the cross-entropy kernels that never return logits: Liger's fused linear cross-entropy (its real
-``lce_forward`` for llama, mistral and qwen2, only the Triton kernels replaced by eager torch on this CPU, see
-tests/fused_kernels.py) and the Cut Cross Entropy fork's forward (a faithful CPU copy: the fork is not on PyPI).
+"""DEL beside the cross-entropy kernels that never return logits, their real Triton kernels run by Triton's CPU
+interpreter (tests/fused_kernels.py): Liger's fused linear cross-entropy and cross-entropy (``lce_forward`` and
+``LigerForCausalLMLoss`` with ``liger_cross_entropy_kernel`` and ``element_mul_kernel``), for every architecture
+of ``LIGER_ARCHITECTURES``, in float32 and bf16; and the Cut Cross Entropy fork's forward (a faithful CPU copy: the
+fork is not on PyPI) in float32 with the exact torch loss (CCE's backward needs bf16: tests/test_cce_real.py runs
+its real kernel).
 
 LoRA gradients of CE + DEL, DEL read from the hidden states under the fused forward, equal those of the plain
 forward with DEL read from its logits."""
@@ -18,16 +21,24 @@ from del_plugin.core.places import place_weights
 from fake_vocab import VOCAB, V, encode
 from fused_kernels import CALLS, cce_style_forward, liger_on_cpu, restored_forwards
 
+# The architectures Liger patches (``apply_liger_kernel_to_<type>``) among those DEL accepts, tested here with its
+# real kernels. To add one: its model type, if transformers' config class takes the keywords of tiny_lora_model, and
+# ``restored_forwards`` (tests/fused_kernels.py) undoes its patches (add its causal-LM class there).
+# tests/test_architectures.py runs the fused linear cross-entropy alone on every Liger-patched architecture.
+LIGER_ARCHITECTURES = ["llama", "mistral", "qwen2"]
+# Liger 0.8.4's apply_liger_kernel_to_mistral(cross_entropy=True) sets modeling_mistral.CrossEntropyLoss, which
+# transformers 5's Mistral never calls: `liger_cross_entropy: true` leaves Mistral on torch's cross-entropy
+LIGER_CE_NOT_APPLIED = ("mistral",)
 H = 24
 TEXT = "it costs 12.75 and 3,040 more: 1.5"
 
 
-def tiny_lora_model(model_type: str, *, head_lora: bool = False):
+def tiny_lora_model(model_type: str, *, head_lora: bool = False, dtype=torch.float32):
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    config_class = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[model_type]
-    config = config_class(
+    config = AutoConfig.for_model(
+        model_type,
         vocab_size=V,
         hidden_size=H,
         intermediate_size=48,
@@ -40,7 +51,7 @@ def tiny_lora_model(model_type: str, *, head_lora: bool = False):
         eos_token_id=2,
     )
     torch.manual_seed(11)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=dtype)
     targets = ["q_proj", "v_proj", "down_proj"] + (["lm_head"] if head_lora else [])
     model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets))
     for name, p in model.named_parameters():
@@ -84,22 +95,74 @@ def assert_same(reference, fused):
         torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2"])
-def test_liger_fused_linear_cross_entropy(model_type):
+def apply_liger(model_type: str, **kernels) -> None:
+    """Liger's ``apply_liger_kernel_to_<model_type>`` with the given kernels on and every other one off."""
     from liger_kernel.transformers import monkey_patch
 
-    model = tiny_lora_model(model_type)
-    reference = ce_plus_del(model, from_logits=True)
+    switches = dict(fused_linear_cross_entropy=False, cross_entropy=False, rope=False, rms_norm=False, swiglu=False)
+    getattr(monkey_patch, f"apply_liger_kernel_to_{model_type}")(**{**switches, **kernels})
+
+
+def assert_close_bf16(reference, fused, *, has_logits: bool, rel: float = 0.03):
+    """bf16: the same loss within bf16 round-off of the logits; each gradient within ``rel`` of its norm (the
+    kernels store the logits' gradient in bf16, the plain path rounds it from float32)."""
+    (ref_loss, _, ref_grads), (loss, got_logits, grads) = reference, fused
+    assert got_logits == has_logits
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=2e-3)
+    assert grads.keys() == ref_grads.keys() and any("lora_A" in n for n in grads)
+    for name in grads:
+        ref, got = ref_grads[name].float(), grads[name].float()
+        assert (got - ref).norm() <= rel * ref.norm() + 1e-6, name
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16"])
+@pytest.mark.parametrize("model_type", LIGER_ARCHITECTURES)
+def test_liger_fused_linear_cross_entropy(model_type, dtype):
+    model = tiny_lora_model(model_type, dtype=dtype)
+    bf16 = dtype == torch.bfloat16
+    # float32: DEL from the logits (independent of the capture); bf16: from the hidden states in both runs, so that
+    # the comparison is of the cross-entropy kernels (the logits are rounded to bf16, DEL's product is float32)
+    reference = ce_plus_del(model, from_logits=not bf16)
+    before = CALLS["liger_cross_entropy_kernel"], CALLS["element_mul_kernel"]
     with restored_forwards(), liger_on_cpu():
-        getattr(monkey_patch, f"apply_liger_kernel_to_{model_type}")(
-            fused_linear_cross_entropy=True, cross_entropy=False, rope=False, rms_norm=False, swiglu=False
-        )
+        apply_liger(model_type, fused_linear_cross_entropy=True)
         fused = ce_plus_del(model, from_logits=False)
-    assert_same(reference, fused)
+    assert CALLS["liger_cross_entropy_kernel"] > before[0]  # Liger's real kernel computed the loss
+    if bf16:
+        assert_close_bf16(reference, fused, has_logits=False)
+    else:
+        assert_same(reference, fused)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16"])
+@pytest.mark.parametrize("model_type", LIGER_ARCHITECTURES)
+def test_liger_cross_entropy(model_type, dtype):
+    """``liger_cross_entropy: true``: Liger's cross-entropy kernel on the model's logits (which are returned)."""
+    model = tiny_lora_model(model_type, dtype=dtype)
+    bf16 = dtype == torch.bfloat16
+    reference = ce_plus_del(model, from_logits=not bf16)
+    before = CALLS["liger_cross_entropy_kernel"]
+    with restored_forwards(), liger_on_cpu():
+        apply_liger(model_type, cross_entropy=True)
+        fused = ce_plus_del(model, from_logits=False)
+    assert (CALLS["liger_cross_entropy_kernel"] > before) == (model_type not in LIGER_CE_NOT_APPLIED)
+    if bf16:
+        assert_close_bf16(reference, fused, has_logits=True)
+    else:
+        ref_loss, _, ref_grads = reference
+        loss, has_logits, grads = fused
+        assert has_logits and loss.item() == pytest.approx(ref_loss.item(), rel=1e-5)
+        assert grads.keys() == ref_grads.keys()
+        for name in grads:
+            torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2"])
 def test_cut_cross_entropy_forward_in_training_and_eval(model_type):
+    """float32: the exact torch loss inside the fork's forward (CCE's kernel backward needs bf16,
+    tests/test_cce_real.py runs it)."""
     model = tiny_lora_model(model_type)
     reference = ce_plus_del(model, from_logits=True)
     with restored_forwards():
@@ -116,14 +179,11 @@ def test_cut_cross_entropy_forward_in_training_and_eval(model_type):
         assert digits.mask.sum() > 0 and torch.isfinite(digits.logits).all()
 
 
+@pytest.mark.interpreter
 def test_fused_forward_with_lora_on_the_head_is_refused():
     model = tiny_lora_model("llama", head_lora=True)
     with restored_forwards(), liger_on_cpu():
-        from liger_kernel.transformers import monkey_patch
-
-        monkey_patch.apply_liger_kernel_to_llama(
-            fused_linear_cross_entropy=True, rope=False, rms_norm=False, swiglu=False
-        )
+        apply_liger("llama", fused_linear_cross_entropy=True)
         with pytest.raises(DigitCaptureError, match="did not run in this forward pass"):
             ce_plus_del(model, from_logits=False)
 
@@ -172,15 +232,17 @@ def assert_logs_match(runs: dict, reference: str = "plain"):
 
 
 @pytest.mark.e2e
+@pytest.mark.interpreter
 def test_axolotl_with_every_cross_entropy_kernel(tmp_path, axolotl_data):
-    """The same DEL run with plain, chunked, Liger's fused linear and Liger's cross-entropy (eager kernels), and
-    the Cut Cross Entropy forward: every DEL metric is logged in training and evaluation, with the same values."""
+    """The same DEL run (same ``seed``: Axolotl's validation split depends on it) with plain, chunked, Liger's fused
+    linear and Liger's cross-entropy (``LigerPlugin``, their real kernels under the interpreter), and the Cut Cross
+    Entropy forward (float32: the exact torch loss): every DEL metric is logged in training and evaluation, with the
+    same values."""
     from transformers import LlamaForCausalLM
 
-    runs = {
-        "plain": run_logged(tmp_path / "plain", axolotl_data),
-        "chunked": run_logged(tmp_path / "chunked", axolotl_data, chunked_cross_entropy=True),
-    }
+    runs = {"plain": run_logged(tmp_path / "plain", axolotl_data)}
+    with restored_forwards():  # Axolotl's chunked loss replaces transformers' ForCausalLM loss for the process
+        runs["chunked"] = run_logged(tmp_path / "chunked", axolotl_data, chunked_cross_entropy=True)
     for name, key in (("liger_flce", "liger_fused_linear_cross_entropy"), ("liger_ce", "liger_cross_entropy")):
         before = CALLS["liger_cross_entropy_kernel"]
         with restored_forwards(), liger_on_cpu():

@@ -1,0 +1,106 @@
+"""The typical all-kernels Liger config (``liger_rope``, ``liger_rms_norm``, ``liger_glu_activation``,
+``liger_fused_linear_cross_entropy``) with DEL, every kernel Liger's real Triton code under Triton's CPU
+interpreter.
+
+Without the test-only shims of tests/fused_kernels.py (``interpreter_shims``) this config fails inside the
+interpreter with ``InterpreterError: AttributeError("'float' object has no attribute 'to'")``: Liger's RMSNorm
+kernel calls ``eps.to(tl.float32)`` (and its SwiGLU kernel ``gate_multiplier.to(tl.float32)``) on a float argument,
+which compiled Triton passes as an fp32 scalar and the interpreter (Triton 3.8.0) leaves a Python float; RMSNorm's
+``rsqrt`` then comes from CUDA's libdevice, which the interpreter evaluates to None. Both are interpreter
+limitations, not Liger's or DEL's: the shims convert the float as compiled Triton does and compute ``rsqrt`` with
+``tl.rsqrt``. Liger's RoPE kernel runs unshimmed. The kernels themselves run unchanged.
+
+The point for DEL: Liger replaces the decoder's final norm module (``LigerRMSNorm``) and the MLPs; DEL's hook must
+still read the final, normed hidden state that the head reads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from del_plugin.core import DigitLogitsCapture
+
+from fake_vocab import VOCAB
+from fused_kernels import CALLS, liger_on_cpu, restored_forwards
+from test_fused_losses import LIGER_ARCHITECTURES, apply_liger, assert_same, batch, ce_plus_del, tiny_lora_model
+
+pytestmark = pytest.mark.interpreter
+ALL_KERNELS = dict(fused_linear_cross_entropy=True, rope=True, rms_norm=True, swiglu=True)
+
+
+@pytest.mark.parametrize("model_type", LIGER_ARCHITECTURES)
+def test_all_kernels_read_the_final_hidden_state(model_type):
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+    from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
+
+    plain = tiny_lora_model(model_type)
+    reference = ce_plus_del(plain, from_logits=True)  # DEL from the plain model's own logits
+    inputs = batch()
+    with torch.no_grad():
+        plain_logits = plain(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+    before = {k: CALLS[k] for k in ("rms_norm", "rope", "swiglu", "liger_cross_entropy_kernel")}
+    with restored_forwards(), liger_on_cpu():
+        apply_liger(model_type, **ALL_KERNELS)  # class-level, as Axolotl's LigerPlugin does before loading
+        model = tiny_lora_model(model_type)  # the same seed: the same weights, in Liger's modules
+        decoder = model.get_base_model().model
+        assert isinstance(decoder.norm, LigerRMSNorm) and isinstance(decoder.layers[0].mlp, LigerSwiGLUMLP)
+        for name, p in plain.state_dict().items():
+            torch.testing.assert_close(model.state_dict()[name], p, rtol=0, atol=0, msg=name)
+
+        # the digit logits DEL reads under the fused forward (no logits) equal the plain model's own
+        model.train()
+        capture = DigitLogitsCapture(model, VOCAB)
+        with torch.no_grad(), capture:
+            out = model(**inputs)
+        assert out.logits is None
+        torch.testing.assert_close(
+            capture.digit_logits(), plain_logits[..., VOCAB.family_ids(plain_logits.device)], rtol=1e-5, atol=1e-5
+        )
+        capture.remove()
+        fused = ce_plus_del(model, from_logits=False)
+    assert all(CALLS[k] > before[k] for k in before), (before, CALLS)  # every kernel really ran
+    assert_same(reference, fused)
+
+
+# ------------------------------------------------------------------------------ in-process Axolotl run
+ALL_KERNELS_CFG = dict(
+    liger_rope=True, liger_rms_norm=True, liger_glu_activation=True, liger_fused_linear_cross_entropy=True
+)
+
+
+@pytest.mark.e2e
+def test_axolotl_with_every_liger_kernel(tmp_path, axolotl_data):
+    """LigerPlugin with the four kernels on, DEL's metrics step by step as the plain run's."""
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+
+    from axolotl_helpers import cpu_config, run_axolotl
+    from test_fused_losses import LIGER, assert_logs_match, run_logged
+    from trainer_checks import eval_logs, train_logs
+
+    runs = {"plain": run_logged(tmp_path / "plain", axolotl_data)}
+    before = {k: CALLS[k] for k in ("rms_norm", "rope", "swiglu", "liger_cross_entropy_kernel")}
+    model_dir, dataset = axolotl_data
+    with restored_forwards(), liger_on_cpu():
+        cfg = cpu_config(
+            tmp_path / "liger",
+            model_dir,
+            dataset,
+            val_set_size=0.25,
+            eval_steps=2,
+            max_steps=2,
+            plugins=[LIGER, "del_plugin.DELPlugin"],
+            **ALL_KERNELS_CFG,
+        )
+        trainer = run_axolotl(cfg)
+    assert isinstance(trainer.model.get_base_model().model.norm, LigerRMSNorm)
+    assert all(CALLS[k] > before[k] for k in before), (before, CALLS)
+    runs["liger_all"] = train_logs(trainer), eval_logs(trainer)
+    assert_logs_match(runs)
+
+
+@pytest.fixture(scope="module")
+def axolotl_data(tmp_path_factory):
+    from del_plugin.assets import gsm8k_rows, tiny_model_dir
+    from del_plugin.cpu import write_alpaca_jsonl
+
+    return tiny_model_dir("llama-spm"), write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "d.jsonl", gsm8k_rows(16))

@@ -19,12 +19,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from test_fused_losses import LIGER_ARCHITECTURES, assert_close_bf16, batch, ce_plus_del, tiny_lora_model
 
 from del_plugin.core import DigitLogitsCapture, shift_to_next_token
 
 from fake_vocab import VOCAB
 from fused_kernels import CALLS, cce_style_forward, interpreter_shims, restored_forwards
-from test_fused_losses import LIGER_ARCHITECTURES, assert_close_bf16, batch, ce_plus_del, tiny_lora_model
 
 pytest.importorskip("cut_cross_entropy")
 pytestmark = pytest.mark.interpreter

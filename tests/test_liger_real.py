@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_fused_losses import LIGER_ARCHITECTURES, apply_liger, assert_same, batch, ce_plus_del, tiny_lora_model
 
 from del_plugin.core import DigitLogitsCapture
 
 from fake_vocab import VOCAB
 from fused_kernels import CALLS, liger_on_cpu, restored_forwards
-from test_fused_losses import LIGER_ARCHITECTURES, apply_liger, assert_same, batch, ce_plus_del, tiny_lora_model
 
 pytestmark = pytest.mark.interpreter
 ALL_KERNELS = dict(fused_linear_cross_entropy=True, rope=True, rms_norm=True, swiglu=True)
@@ -72,9 +72,9 @@ ALL_KERNELS_CFG = dict(
 def test_axolotl_with_every_liger_kernel(tmp_path, axolotl_data):
     """LigerPlugin with the four kernels on, DEL's metrics step by step as the plain run's."""
     from liger_kernel.transformers.rms_norm import LigerRMSNorm
+    from test_fused_losses import LIGER, assert_logs_match, run_logged
 
     from axolotl_helpers import cpu_config, run_axolotl
-    from test_fused_losses import LIGER, assert_logs_match, run_logged
     from trainer_checks import eval_logs, train_logs
 
     runs = {"plain": run_logged(tmp_path / "plain", axolotl_data)}

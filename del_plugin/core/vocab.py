@@ -118,7 +118,7 @@ class DigitVocab:
                 raise NoDigitTokensError(
                     f"{name}: DEL needs a token for each digit 0-9, but {', '.join(repr(m) for m in missing)} "
                     "have none. Use a tokenizer that splits numbers into single digits "
-                    "(Llama-2/CodeLlama, Mistral, Qwen2/2.5, DeepSeek)."
+                    "(Llama-2/CodeLlama, Mistral incl. Tekken, Qwen2/2.5/3/3.5, Gemma-3, Phi-3, DeepSeek LLM)."
                 )
         return cls(
             family_token_ids=tuple(families),
@@ -253,6 +253,6 @@ def _refuse_multi_digit_tokenization(tokenizer: Any, name: str) -> None:
         raise MultiDigitTokenizerError(
             f"{name} merges digits into multi-digit tokens (e.g. {', '.join(repr(t) for t in merged[:5])} "
             f"in {DIGIT_PROBE_TEXT!r}), so there is no ten-way digit distribution for DEL to act on. "
-            "Use a single-digit tokenizer (Llama-2/CodeLlama, Mistral, Qwen2/2.5, DeepSeek) or remove "
-            "del_plugin.DELPlugin from `plugins`."
+            "Use a single-digit tokenizer (Llama-2/CodeLlama, Mistral incl. Tekken, Qwen2/2.5/3/3.5, Gemma-3, Phi-3, "
+            "DeepSeek LLM) or remove del_plugin.DELPlugin from `plugins`."
         )

@@ -7,7 +7,8 @@ to values that matter, gives
 * LoRA gradients of CE + DEL, DEL read from the hidden states, equal those of CE + DEL read from the logits;
 * for MoE models, the same digit logits (so the same DEL term) with the routers' auxiliary loss on;
 * where Liger-Kernel patches the architecture, the same gradients under Liger's fused linear cross-entropy
-  forward, its real Triton kernel run by Triton's CPU interpreter.
+  forward, its real Triton kernel run by Triton's CPU interpreter (with tests/fused_kernels.py's interpreter shims,
+  which change the interpreter, not the kernel).
 
 The table holds exactly the architectures tested here. A model type outside it is accepted by measurement only,
 and a wrong reading is refused with the measured difference.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import os
 import sys
 
 import pytest
@@ -36,6 +36,7 @@ from del_plugin.core.losses import del_token_losses
 from del_plugin.core.places import place_weights
 
 from fake_vocab import VOCAB, V, encode
+from fused_kernels import interpreter_shims
 
 TEXT = "it costs 12.75 and 3,040 more: 1.5 or 99"
 COMMON = dict(
@@ -359,50 +360,7 @@ def restored_class_forward(model):
         loss_utils.ForCausalLMLoss, loss_utils.nn.functional.cross_entropy = saved_loss[1:]
 
 
-class _InterpretedScalar(float):
-    """A float with the ``.to(dtype)`` that a compiled Triton kernel's scalar argument has and the interpreter's plain
-    Python float lacks (Liger's cross-entropy kernel calls ``softcap.to(tl.float32)``)."""
-
-    def to(self, dtype):
-        return float(self)  # the interpreter converts plain floats, not subclasses, to its scalars
-
-
-def _interpreted_tanh(x):
-    # libdevice's tanh is a CUDA extern the interpreter evaluates to None; tanh(x) = 2 sigmoid(2x) - 1
-    import triton.language as tl
-
-    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
-
-
-@contextlib.contextmanager
-def softcap_through_the_interpreter():
-    """Test-only shims for Gemma's soft cap in Liger's real cross-entropy kernel under Triton's interpreter: its
-    ``softcap`` argument wrapped in :class:`_InterpretedScalar`, and the kernel's ``tanh`` (a CUDA libdevice extern)
-    replaced by the same function in ``tl`` operations. The rest of the kernel runs unchanged."""
-    from liger_kernel.ops import cross_entropy as ce
-    from liger_kernel.ops import fused_linear_cross_entropy as flce
-
-    kernel, tanh = flce.liger_cross_entropy_kernel, ce.tanh
-
-    class Launch:
-        def __getitem__(self, grid):
-            launch = kernel[grid]
-
-            def run(*args, **kwargs):
-                if isinstance(kwargs.get("softcap"), float):
-                    kwargs["softcap"] = _InterpretedScalar(kwargs["softcap"])
-                return launch(*args, **kwargs)
-
-            return run
-
-    flce.liger_cross_entropy_kernel, ce.tanh = Launch(), _interpreted_tanh
-    try:
-        yield
-    finally:
-        flce.liger_cross_entropy_kernel, ce.tanh = kernel, tanh
-
-
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="Liger's kernels need Triton's interpreter")
+@pytest.mark.interpreter
 @pytest.mark.parametrize("model_type", liger_types())
 def test_liger_fused_linear_cross_entropy_forward(model_type):
     extra = None
@@ -412,7 +370,7 @@ def test_liger_fused_linear_cross_entropy_forward(model_type):
         extra = dict(CONFIGS["gemma3"], text_config=dict(COMMON, final_logit_softcapping=None))
     model = lora(tiny_model(model_type, extra=extra), model_type)
     reference = ce_plus_del(model, from_logits=True)
-    with restored_class_forward(model), softcap_through_the_interpreter():
+    with restored_class_forward(model), interpreter_shims():
         apply_liger_flce_only(model_type)
         model.train()
         batch = inputs()
@@ -422,7 +380,7 @@ def test_liger_fused_linear_cross_entropy_forward(model_type):
     assert_same_gradients(reference, fused)
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="Liger's kernels need Triton's interpreter")
+@pytest.mark.interpreter
 def test_liger_falcon_h1_forward_drops_the_lm_head_multiplier():
     """Why Falcon-H1's entry refuses Liger's FLCE: its patched forward's loss is the cross-entropy of h · Wᵀ, not of
     the model's logits h · Wᵀ x lm_head_multiplier."""
@@ -437,7 +395,7 @@ def test_liger_falcon_h1_forward_drops_the_lm_head_multiplier():
         assert own.loss.item() == pytest.approx(
             F.cross_entropy(own.logits.reshape(-1, V), flat, ignore_index=-100).item(), rel=1e-5
         )
-        with restored_class_forward(model):
+        with restored_class_forward(model), interpreter_shims():
             apply_liger_flce_only("falcon_h1")
             model.train()
             liger = model(**batch, use_cache=False)

@@ -149,8 +149,9 @@ def test_token_criterion_with_nll(tmp_path):
 
 @pytest.mark.e2e
 def test_liger_fused_loss_with_eval(tmp_path):
-    """TRL's use_liger_kernel: Liger's fused linear cross-entropy (its Triton kernels swapped for eager stand-ins on
-    this CPU, tests/fused_kernels.py) never builds the logits; DEL still reads its digits from the hidden states."""
+    """TRL's use_liger_kernel: Liger's fused linear cross-entropy (its real Triton kernels, run by Triton's CPU
+    interpreter with tests/fused_kernels.py's shims) never builds the logits; DEL still reads its digits from the
+    hidden states."""
     pytest.importorskip("liger_kernel")
     from fused_kernels import CALLS, liger_on_cpu, restored_forwards
 
@@ -169,7 +170,7 @@ def test_liger_fused_loss_with_eval(tmp_path):
                 "--loss-type",
                 "nll",
             ],
-            use_liger_kernel=True,  # only the fused loss: Liger's other kernels have no CPU stand-ins
+            use_liger_kernel=True,  # only the fused loss: the other kernels are tested in test_liger_real.py
             liger_kernel_config={
                 "fused_linear_cross_entropy": True,
                 "cross_entropy": False,

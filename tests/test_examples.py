@@ -444,3 +444,313 @@ def test_gpu_check_runs_its_two_axolotl_processes_in_cpu_smoke_mode():
     assert set(metrics) == set(DEL_PARTS)
     assert all(math.isfinite(float(value)) for value in metrics.values())
     assert float(metrics["digit_targets"]) > 0
+
+
+# ------------------------------------------------------------------------- families the authors did not train
+@dataclass(frozen=True)
+class DefaultAlphaFamily:
+    """A family outside the paper's four: no authors' run to convert, so a QLoRA example at the plugin's default
+    ``del_alpha``, with the fused loss and attention its architecture supports."""
+
+    directory: str
+    hub_id: str
+    tokenizer: str  # del_plugin.assets tokenizer of the family (its real vocabulary)
+    model_type: str  # the checkpoint's config.json model_type
+    causal_lm: str  # the class AutoModelForCausalLM loads for it, whose forward the CCE fork patches
+    config: dict  # the checkpoint's published config.json shapes (the memory estimates in docs/examples.md)
+    parameters: float  # total parameters those shapes give (a tied head counted once), in billions
+    lora_parameters: float  # the adapter's parameters at the example's r 32 and targets, in millions
+
+
+OTHER_FAMILIES = {
+    f.directory: f
+    for f in (
+        DefaultAlphaFamily(
+            "qwen3-8b",
+            "Qwen/Qwen3-8B-Base",
+            "qwen3",
+            "qwen3",
+            "Qwen3ForCausalLM",
+            # Qwen/Qwen3-8B(-Base) config.json: untied head, head_dim 128
+            dict(
+                vocab_size=151936,
+                hidden_size=4096,
+                intermediate_size=12288,
+                num_hidden_layers=36,
+                num_attention_heads=32,
+                num_key_value_heads=8,
+                head_dim=128,
+                tie_word_embeddings=False,
+            ),
+            8.19,
+            87.3,
+        ),
+        DefaultAlphaFamily(
+            "gemma-3-12b",
+            "google/gemma-3-12b-pt",
+            "gemma3",
+            "gemma3",
+            "Gemma3ForConditionalGeneration",
+            # google/gemma-3-12b-pt config.json: the text decoder (tied head, head_dim 256 > hidden / heads, no
+            # soft caps) and the SigLIP vision tower
+            dict(
+                text_config=dict(
+                    vocab_size=262208,
+                    hidden_size=3840,
+                    intermediate_size=15360,
+                    num_hidden_layers=48,
+                    num_attention_heads=16,
+                    num_key_value_heads=8,
+                    head_dim=256,
+                    query_pre_attn_scalar=256,
+                    sliding_window=1024,
+                ),
+                vision_config=dict(
+                    hidden_size=1152,
+                    intermediate_size=4304,
+                    num_hidden_layers=27,
+                    num_attention_heads=16,
+                    image_size=896,
+                    patch_size=14,
+                    vision_use_head=False,
+                ),
+                mm_tokens_per_image=256,
+            ),
+            12.19,
+            130.9,
+        ),
+    )
+}
+OTHER_EXAMPLE_IDS = [f"{d}/qlora-24gb" for d in OTHER_FAMILIES]
+
+
+def other_family_of(example_id: str) -> DefaultAlphaFamily:
+    return OTHER_FAMILIES[example_id.split("/")[0]]
+
+
+def published_model_on_meta(family: DefaultAlphaFamily):
+    """The checkpoint's architecture at its published shapes, without memory (meta device), as Axolotl loads it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(family.model_type, **family.config)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
+def lora_targets(cfg: dict, model) -> list[str]:
+    """The module names PEFT puts the example's adapters on: every linear layer but the head for
+    ``lora_target_linear`` (Axolotl's find_all_linear_names), else those whose whole name matches the regex."""
+    import re
+
+    import torch
+
+    linear = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]
+    if cfg.get("lora_target_linear"):
+        return linear
+    return [n for n in linear if re.fullmatch(cfg["lora_target_modules"], n)]
+
+
+def test_other_families_have_their_qlora_example():
+    found = sorted(str(p.relative_to(EXAMPLES).with_suffix("")) for p in EXAMPLES.glob("*/*.yml"))
+    assert sorted(p for p in found if p.split("/")[0] in OTHER_FAMILIES) == sorted(OTHER_EXAMPLE_IDS)
+    assert not set(OTHER_FAMILIES) & set(FAMILIES)
+
+
+@pytest.mark.parametrize("example_id", OTHER_EXAMPLE_IDS)
+def test_other_example_passes_axolotl_validation_as_shipped(example_id):
+    """As the paper families' QLoRA files: validated offline for one RTX 4090, the same shared QLoRA settings, Cut
+    Cross Entropy and flash-attention 2; del_alpha is the plugin's default (no authors' run to convert)."""
+    from del_plugin.hf.settings import DEFAULT_ALPHA
+
+    family = other_family_of(example_id)
+    cfg = validate(load_example(example_id), "qlora-24gb")
+
+    assert cfg.base_model == family.hub_id
+    assert cfg.plugins == [CCE, "del_plugin.DELPlugin"] and cfg.cut_cross_entropy is True
+    assert cfg.del_alpha == DEFAULT_ALPHA == 0.03
+    assert (cfg.del_place_weighting, cfg.del_integer_slope, cfg.del_decimal_base) == (True, 2.0, 1.02)
+    assert [d["path"] for d in cfg.datasets] == ["TIGER-Lab/MathInstruct"]
+    assert [d["type"] for d in cfg.datasets] == ["alpaca"]
+    assert cfg.train_on_inputs is False
+    assert cfg.bf16 is True
+    assert cfg.attn_implementation == "flash_attention_2"
+    assert cfg.sequence_len == 1536 and cfg.excess_length_strategy == "truncate"
+    assert cfg.lr_scheduler == "cosine" and cfg.warmup_ratio == 0.03 and cfg.num_epochs == 2
+    assert cfg.weight_decay == 0.0
+    assert cfg.adapter == "qlora" and cfg.load_in_4bit is True
+    assert cfg.bnb_config_kwargs == {"bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True}
+    assert (cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout) == (32, 16, 0.0)
+    assert cfg.lora_mlp_kernel and cfg.lora_qkv_kernel and cfg.lora_o_kernel
+    assert cfg.sample_packing is True
+    assert cfg.gradient_checkpointing is True
+    assert cfg.optimizer == "paged_adamw_8bit" and cfg.learning_rate == 2e-4
+    assert not cfg.fsdp_config
+    assert cfg.micro_batch_size == 4 and cfg.gradient_accumulation_steps == 4
+    if family.model_type == "gemma3":  # the language model's projections, not the vision tower's
+        assert not cfg.lora_target_linear and isinstance(cfg.lora_target_modules, str)
+    else:
+        assert cfg.lora_target_linear is True
+
+
+@pytest.mark.parametrize("example_id", OTHER_EXAMPLE_IDS)
+def test_other_example_architecture_at_its_published_shapes(example_id):
+    """What the YAML's comments and the memory table take from the architecture: the class Axolotl loads (and the
+    CCE integration patches), its parameter count, the adapter the YAML's targets give, no soft caps (Gemma-3:
+    flash-attention 2 and CCE's forward apply none) and a head_dim flash-attention 2 serves."""
+    family = other_family_of(example_id)
+    shipped = load_example(example_id)
+    model = published_model_on_meta(family)
+    text = model.config.get_text_config()
+
+    assert type(model).__name__ == family.causal_lm and model.config.model_type == family.model_type
+    assert sum(p.numel() for p in model.parameters()) / 1e9 == pytest.approx(family.parameters, abs=0.005)
+    targets = lora_targets(shipped, model)
+    modules = dict(model.named_modules())
+    adapter = sum(shipped["lora_r"] * (modules[n].in_features + modules[n].out_features) for n in targets)
+    assert adapter / 1e6 == pytest.approx(family.lora_parameters, abs=0.05)
+    # every decoder layer's seven projections, and nothing else (not the vision tower, not the head)
+    assert len(targets) == 7 * text.num_hidden_layers
+    assert {n.rsplit(".", 1)[1] for n in targets} == {f"{p}_proj" for p in ("q", "k", "v", "o", "gate", "up", "down")}
+    assert not [n for n in targets if "vision" in n or "lm_head" in n]
+    assert text.head_dim <= 256
+    assert getattr(text, "final_logit_softcapping", None) is None
+    assert getattr(text, "attn_logit_softcapping", None) is None
+    # Axolotl 0.21's Cut Cross Entropy integration lists the model type as supported
+    readme = Path(importlib.import_module("axolotl.integrations.cut_cross_entropy").__file__).with_name("README.md")
+    assert f"- {family.model_type}\n" in readme.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma3_wrapper(tmp_path_factory):
+    """A tiny random Gemma3ForConditionalGeneration (model type gemma3, what Gemma-3 4B+ checkpoints are) with
+    Gemma-3's real tokenizer and a processor, as the 12B checkpoint has them: the text decoder of
+    ``tiny_model_dir("gemma3")`` (gemma3_text: sliding and full attention layers, tied head, no soft cap) at the
+    checkpoints' 262,208-row vocabulary, beside a one-layer SigLIP vision tower.
+
+    Axolotl 0.21 treats every gemma3 checkpoint as multimodal (its model type is in transformers' image-text-to-text
+    mapping): it loads the checkpoint's processor before the model, even for text rows, so the folder has one. The
+    tokenizer is ``del_plugin.assets``' Gemma-3 vocabulary (from the gemma-3-270m GGUF: 262,144 tokens) with the
+    4B+ checkpoints' image tokens declared as their tokenizer_config.json does (``<image_soft_token>`` added at
+    262,144, the begin/end-of-image tokens named), which Gemma3Processor reads."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3Config, Gemma3ImageProcessor, Gemma3Processor
+
+    from del_plugin.assets import tokenizer_dir
+
+    image_tokens = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir("gemma3")), extra_special_tokens=image_tokens)
+    assert tok.image_token_id == 262144 and len(tok) == 262145
+    hidden, heads, layers = 64, 4, 2
+    special = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    text = dict(
+        vocab_size=262208,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=2,
+        head_dim=hidden // heads,
+        query_pre_attn_scalar=hidden // heads,
+        sliding_window=64,
+        layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=2048,
+        **special,
+    )
+    vision = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=28,
+        patch_size=14,
+        vision_use_head=False,
+    )
+    config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=1, **special)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    out = tmp_path_factory.mktemp("tiny-gemma3-wrapper")
+    model.save_pretrained(out)
+    image_processor = Gemma3ImageProcessor(size={"height": 28, "width": 28})
+    Gemma3Processor(image_processor=image_processor, tokenizer=tok, image_seq_length=1).save_pretrained(out)
+    return out
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("example_id", OTHER_EXAMPLE_IDS)
+def test_other_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_path, gsm8k_alpaca, request):
+    """As test_example_trains_on_cpu_with_the_family_tokenizer, on a tiny model of the family's own architecture
+    (Qwen3ForCausalLM; Gemma3ForConditionalGeneration, model type gemma3 as the 12B checkpoint) carrying the family's
+    real tokenizer; the CCE fork's forward replaced by its CPU copy on that class."""
+    import bitsandbytes as bnb
+    from transformers.models.gemma3 import modeling_gemma3
+    from transformers.models.qwen3 import modeling_qwen3
+
+    from del_plugin.assets import load_tokenizer, tiny_model_dir
+    from del_plugin.trainer import DELTrainer
+
+    family = other_family_of(example_id)
+    shipped = load_example(example_id)
+    if family.model_type == "gemma3":
+        model_dir = request.getfixturevalue("tiny_gemma3_wrapper")
+    else:
+        model_dir = tiny_model_dir(family.tokenizer)
+    causal_lm = {"qwen3": modeling_qwen3, "gemma3": modeling_gemma3}[family.model_type]
+    causal_lm = getattr(causal_lm, family.causal_lm)
+
+    cfg = load_example(example_id)
+    (source,) = cfg["datasets"]
+    cfg.update(CPU_OVERRIDES)
+    cfg["plugins"] = [p for p in cfg["plugins"] if p != CCE]
+    cfg["cut_cross_entropy"] = None
+    cfg.update(
+        base_model=str(model_dir),
+        tokenizer_config=str(model_dir),
+        datasets=[{**source, "path": str(gsm8k_alpaca), "ds_type": "json", "split": "train"}],
+        output_dir=str(tmp_path / "out"),
+        dataset_prepared_path=str(tmp_path / "prepared"),
+    )
+    cfg = {key: value for key, value in cfg.items() if value is not None}
+
+    before = CALLS["cce_style_forward"]
+    saved = causal_lm.__dict__["forward"]
+    with restored_forwards():
+        causal_lm.forward = cce_style_forward  # as the fork's patch for this model type does
+        try:
+            trainer = run_axolotl(cfg)
+        finally:
+            causal_lm.forward = saved
+    assert isinstance(trainer, DELTrainer)
+    assert CALLS["cce_style_forward"] > before
+
+    model = trainer.model
+    base = model.get_base_model()
+    assert type(base) is causal_lm and base.config.model_type == family.model_type
+
+    tokenizer = load_tokenizer(family.tokenizer)
+    assert list(trainer.del_vocab.family_token_ids[0]) == tokenizer.convert_tokens_to_ids(list("0123456789"))
+    if tokenizer.bos_token_id is not None:  # Gemma: every row starts with <bos> (Qwen's tokenizer adds none)
+        assert {row[0] for row in trainer.train_dataset["input_ids"]} == {tokenizer.bos_token_id}
+
+    logs = train_logs(trainer)
+    assert len(logs) == CPU_OVERRIDES["max_steps"]
+    for log in logs:
+        for key in DEL_PARTS:
+            assert math.isfinite(log[key]), (key, log)
+        assert log["digit_targets"] > 0
+        assert 0 <= log["digit_accuracy"] <= 1
+        assert 0 < log["digit_entropy"] <= math.log(10) + 1e-6
+        assert log["del_loss"] == pytest.approx(shipped["del_alpha"] * log["del_l_num"], rel=1e-3)
+        assert log["ce_loss"] + log["del_loss"] == pytest.approx(log["loss"], rel=1e-5)
+
+    # 4-bit NF4 with double quantisation under the adapter, the adapter where the YAML puts it and nowhere else
+    quantized = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert quantized
+    assert {m.weight.quant_type for m in quantized} == {"nf4"}
+    assert all(m.weight.compress_statistics for m in quantized)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    adapted = {n.split(".lora_")[0].removeprefix("base_model.model.") for n in trainable}
+    projections = {f"{p}_proj" for p in ("q", "k", "v", "o", "gate", "up", "down")}
+    decoder = {n for n, _ in base.named_modules() if n.rsplit(".", 1)[-1] in projections and "vision" not in n}
+    assert adapted == decoder and len(decoder) == 7 * base.config.get_text_config().num_hidden_layers

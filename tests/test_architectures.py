@@ -31,7 +31,7 @@ import torch
 
 from del_plugin.core import DigitLogitsCapture, digit_targets_from_logits, next_token_places, shift_to_next_token
 from del_plugin.core.architectures import ARCHITECTURES, Architecture
-from del_plugin.core.capture import DigitCaptureError, LogitsMismatch, check_architecture
+from del_plugin.core.capture import DigitCaptureError, LogitsMismatch, check_architecture, logits_tolerance
 from del_plugin.core.losses import del_token_losses
 from del_plugin.core.places import place_weights
 
@@ -502,3 +502,19 @@ def test_the_readme_lists_the_tested_architectures():
     paragraph = text[start : text.index("\n\n", start)]
     listed = re.findall(r"`([a-z0-9_]+)`", paragraph[: paragraph.index("At the first step")])
     assert listed == list(ARCHITECTURES)
+
+
+def test_the_measurement_allows_the_rounding_of_autocast():
+    """Under bf16 autocast a float32 model's head computes in bf16: the check allows bf16 rounding there (the
+    float32 tolerance would refuse it), and still refuses a wrong reading."""
+    model = tiny_model("llama")
+    batch = inputs()
+    capture = DigitLogitsCapture(model, VOCAB)
+    with torch.no_grad():
+        scale = family_logits(model(input_ids=batch["input_ids"]).logits).abs().max().item()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        difference = capture.check_against_logits(model, batch["input_ids"])
+    assert difference > logits_tolerance(torch.float32, scale) and capture.verified  # bf16-sized, accepted
+    capture.transform = ARCHITECTURES["granite"].transform(type("C", (), {"logits_scaling": 2.7})())
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(LogitsMismatch):
+        capture.check_against_logits(model, batch["input_ids"])

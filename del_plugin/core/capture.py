@@ -301,7 +301,13 @@ class DigitLogitsCapture:
         theirs, ours = theirs[keep].float(), ours.to(theirs.device)[keep]
         difference = (ours - theirs).abs().max().item() if theirs.numel() else 0.0
         scale = theirs.abs().max().item() if theirs.numel() else 0.0
-        tolerance = logits_tolerance(logits.dtype, scale)
+        # the coarsest precision the logits went through: their dtype, the head's, or autocast's (a bf16 product
+        # cast to float32 is still a bf16 product)
+        device = logits.device.type
+        dtypes = [logits.dtype, self.head.weight.dtype]
+        if torch.is_autocast_enabled(device):
+            dtypes.append(torch.get_autocast_dtype(device))
+        tolerance = max(logits_tolerance(dtype, scale) for dtype in dtypes)
         if not difference <= tolerance:
             transform = self.transform.description if self.transform is not None else "none"
             raise LogitsMismatch(

@@ -303,3 +303,18 @@ def cce_style_forward(
         hidden_states=outputs.hidden_states,
         attentions=outputs.attentions,
     )
+
+
+def apply_liger(model_type: str, **kernels: bool) -> None:
+    """Liger's ``apply_liger_kernel_to_<model_type>`` with the given kernels on and every other switch off (the
+    switches' names differ between architectures: swiglu, geglu, layer_norm ...; they are read from its signature)."""
+    import inspect
+
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    apply = MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
+    switches = [p for p, v in inspect.signature(apply).parameters.items() if isinstance(v.default, bool)]
+    unknown = sorted(set(kernels) - set(switches))
+    if unknown:
+        raise TypeError(f"apply_liger_kernel_to_{model_type} has no switch {', '.join(unknown)}")
+    apply(**{p: bool(kernels.get(p, False)) for p in switches})

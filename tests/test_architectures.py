@@ -36,7 +36,7 @@ from del_plugin.core.losses import del_token_losses
 from del_plugin.core.places import place_weights
 
 from fake_vocab import VOCAB, V, encode
-from fused_kernels import interpreter_shims
+from fused_kernels import apply_liger, interpreter_shims
 
 TEXT = "it costs 12.75 and 3,040 more: 1.5 or 99"
 COMMON = dict(
@@ -330,18 +330,6 @@ def liger_types() -> list[str]:
     return [t for t in CONFIGS if t in MODEL_TYPE_TO_APPLY_LIGER_FN and t not in LIGER_WITHOUT_FLCE]
 
 
-def apply_liger_flce_only(model_type: str) -> None:
-    """Liger's ``apply_liger_kernel_to_<model_type>`` with its fused linear cross-entropy on and every other kernel
-    off (the keyword names differ between architectures: swiglu, geglu, layer_norm ...)."""
-    import inspect
-
-    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
-
-    apply = MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]
-    switches = [p for p, v in inspect.signature(apply).parameters.items() if isinstance(v.default, bool)]
-    apply(**{p: p == "fused_linear_cross_entropy" for p in switches})
-
-
 @contextlib.contextmanager
 def restored_class_forward(model):
     """Liger's ``apply_liger_kernel_to_*`` replaces the causal LM class's forward and transformers' loss: undo both."""
@@ -371,7 +359,7 @@ def test_liger_fused_linear_cross_entropy_forward(model_type):
     model = lora(tiny_model(model_type, extra=extra), model_type)
     reference = ce_plus_del(model, from_logits=True)
     with restored_class_forward(model), interpreter_shims():
-        apply_liger_flce_only(model_type)
+        apply_liger(model_type, fused_linear_cross_entropy=True)
         model.train()
         batch = inputs()
         with torch.no_grad():
@@ -396,7 +384,7 @@ def test_liger_falcon_h1_forward_drops_the_lm_head_multiplier():
             F.cross_entropy(own.logits.reshape(-1, V), flat, ignore_index=-100).item(), rel=1e-5
         )
         with restored_class_forward(model), interpreter_shims():
-            apply_liger_flce_only("falcon_h1")
+            apply_liger("falcon_h1", fused_linear_cross_entropy=True)
             model.train()
             liger = model(**batch, use_cache=False)
     assert liger.logits is None

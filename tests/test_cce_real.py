@@ -19,11 +19,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from test_fused_losses import LIGER_ARCHITECTURES, assert_close_bf16, batch, ce_plus_del, tiny_lora_model
+from test_fused_losses import (
+    LIGER_ARCHITECTURES,
+    assert_close_bf16,
+    assert_digits_read_in_eval_without_logits,
+    ce_plus_del,
+    tiny_lora_model,
+)
 
-from del_plugin.core import DigitLogitsCapture, shift_to_next_token
-
-from fake_vocab import VOCAB
 from fused_kernels import CALLS, cce_style_forward, interpreter_shims, restored_forwards
 
 pytest.importorskip("cut_cross_entropy")
@@ -78,15 +81,7 @@ def test_del_beside_the_cce_kernel_in_training_and_eval(model_type):
         # 5%: CCE's backward also rounds the hidden states' gradient blocks to bf16 (measured: 3.0% at most here)
         assert_close_bf16(reference, fused, has_logits=False, rel=0.05)
 
-        model.eval()
-        capture = DigitLogitsCapture(model, VOCAB)
-        inputs = batch()
-        with torch.no_grad(), capture:
-            out = model(**inputs)
-        assert out.logits is None
-        digits = capture.digit_targets(shift_to_next_token(inputs["labels"], -100))
-        assert digits.mask.sum() > 0 and torch.isfinite(digits.logits).all()
-        capture.remove()
+        assert_digits_read_in_eval_without_logits(model)
 
 
 def test_axolotl_cce_plugin_stops_at_its_fork_check():

@@ -19,7 +19,7 @@ from del_plugin.core.losses import del_token_losses
 from del_plugin.core.places import place_weights
 
 from fake_vocab import VOCAB, V, encode
-from fused_kernels import CALLS, cce_style_forward, liger_on_cpu, restored_forwards
+from fused_kernels import CALLS, apply_liger, cce_style_forward, liger_on_cpu, restored_forwards
 
 # The architectures Liger patches (``apply_liger_kernel_to_<type>``) among those DEL accepts, tested here with its
 # real kernels. To add one: its model type, if transformers' config class takes the keywords of tiny_lora_model, and
@@ -95,12 +95,17 @@ def assert_same(reference, fused):
         torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
-def apply_liger(model_type: str, **kernels) -> None:
-    """Liger's ``apply_liger_kernel_to_<model_type>`` with the given kernels on and every other one off."""
-    from liger_kernel.transformers import monkey_patch
-
-    switches = dict(fused_linear_cross_entropy=False, cross_entropy=False, rope=False, rms_norm=False, swiglu=False)
-    getattr(monkey_patch, f"apply_liger_kernel_to_{model_type}")(**{**switches, **kernels})
+def assert_digits_read_in_eval_without_logits(model) -> None:
+    """An eval forward with labels that returns no logits (Cut Cross Entropy's): the digit logits are still read."""
+    model.eval()
+    capture = DigitLogitsCapture(model, VOCAB)
+    inputs = batch()
+    with torch.no_grad(), capture:
+        out = model(**inputs)
+    assert out.logits is None
+    digits = capture.digit_targets(shift_to_next_token(inputs["labels"], -100))
+    assert digits.mask.sum() > 0 and torch.isfinite(digits.logits).all()
+    capture.remove()
 
 
 def assert_close_bf16(reference, fused, *, has_logits: bool, rel: float = 0.03):
@@ -169,14 +174,7 @@ def test_cut_cross_entropy_forward_in_training_and_eval(model_type):
         type(model.get_base_model()).forward = cce_style_forward
         assert_same(reference, ce_plus_del(model, from_logits=False))
         # CCE returns no logits in evaluation either; the digit logits are still read
-        model.eval()
-        capture = DigitLogitsCapture(model, VOCAB)
-        inputs = batch()
-        with torch.no_grad(), capture:
-            out = model(**inputs)
-        assert out.logits is None
-        digits = capture.digit_targets(shift_to_next_token(inputs["labels"], -100))
-        assert digits.mask.sum() > 0 and torch.isfinite(digits.logits).all()
+        assert_digits_read_in_eval_without_logits(model)
 
 
 @pytest.mark.interpreter

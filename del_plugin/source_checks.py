@@ -50,10 +50,9 @@ def check_tokenizer_source(
     except DigitVocabError as err:
         raise ValueError(f"del_plugin.DELPlugin: {err}") from err
     LOG.info(
-        "del_plugin: %s has %d digit famil%s%s",
+        "del_plugin: %s has %s%s",
         source,
-        vocab.num_families,
-        "y" if vocab.num_families == 1 else "ies",
+        vocab.describe(),
         "" if vocab.decimal_point_id is not None else " and no '.' token",
     )
     return vocab

@@ -138,9 +138,15 @@ def test_incompatible_modes_are_refused(base, overrides, words):
     assert words in refused(base(**overrides))
 
 
-def test_multi_digit_tokenizer_is_refused_at_validation(base):
-    message = refused(base(tokenizer_config=str(tokenizer_dir("llama-bpe"))))
-    assert "multi-digit tokens" in message and "llama-bpe" in message
+def test_incomplete_number_tokens_are_refused_at_validation(base):
+    # GPT-2 merges digits into tokens of up to four digits, an incomplete set of them
+    message = refused(base(tokenizer_config=str(tokenizer_dir("gpt-2"))))
+    assert "multi-digit tokens" in message and "gpt-2" in message
+
+
+def test_llama3_number_tokens_are_accepted_at_validation(base):
+    cfg = load_config(base(tokenizer_config=str(tokenizer_dir("llama-bpe"))))
+    assert cfg.del_alpha is not None
 
 
 def test_other_configs_are_untouched_when_the_plugin_is_not_listed(base):

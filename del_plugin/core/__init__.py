@@ -2,7 +2,7 @@
 
 The public API, in the order a training step uses it::
 
-    vocab = DigitVocab.from_tokenizer(tokenizer)             # the digit tokens (refuses multi-digit tokenizers)
+    vocab = DigitVocab.from_tokenizer(tokenizer)             # the digit tokens, and number tokens ('123')
     places = next_token_places(labels, vocab)                # place of each digit target in its number
     targets = shift_to_next_token(labels, -100)              # position t predicts targets[:, t]
     digits = capture.digit_targets(targets)                  # DigitLogitsCapture(model, vocab): from hidden states

@@ -16,6 +16,12 @@ The head's effective weight: ``head.weight`` is the weight itself, the tied inpu
 dropout mask) and adds the digit rows of ``B``. Fused cross-entropy kernels read ``head.weight`` without the
 adapter, so an adapter that did not run in an armed forward is an error, not a silent zero.
 
+Number tokens (Llama-3's '123', :mod:`~del_plugin.core.digits`). The logits a digit slot reads depend on its
+target, so with a vocabulary that has them the hook keeps the decoder's output (the tensor the head's backward
+saves anyway: no copy) and :meth:`DigitLogitsCapture.digit_targets` computes ``h · W[number rows]ᵀ`` only at the
+positions whose target is a number token, after the forward. The head's weight must still be whole then (it is in
+the root FSDP unit, which FSDP does not reshard after the forward).
+
 No transformers or PEFT import: modules are recognised by their attributes.
 """
 
@@ -27,8 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from .architectures import ARCHITECTURES, TRANSFORM_KEYS, Architecture, LogitTransform, text_config
-from .digits import DigitTargets
-from .hidden import digit_logits_from_hidden, select_digit_family
+from .digits import DigitTargets, slot_digit_targets
+from .hidden import digit_logits_from_hidden, number_logits_from_hidden, select_digit_family
 from .vocab import DigitVocab
 
 __all__ = ["DigitCaptureError", "DigitLogitsCapture", "LogitsMismatch", "check_architecture"]
@@ -174,6 +180,11 @@ class DigitLogitsCapture:
         self._armed = False
         self._logits: torch.Tensor | None = None
         self._final: torch.Tensor | None = None
+        # number tokens: the decoder's output and the LoRA adapters' A(dropout(h)), read after the forward
+        self._hidden: torch.Tensor | None = None
+        self._projected: dict[str, torch.Tensor] = {}
+        self._grad = False
+        self._slots: tuple[torch.Tensor, DigitTargets] | None = None  # the targets read last, and their slots
         self._decoder_calls = 0
         self._lora_calls: dict[str, int] = {}
         self._lora_expected: list[str] = []
@@ -197,26 +208,38 @@ class DigitLogitsCapture:
                 f"model_type {self.model_type!r}: the decoder returned {type(output).__name__}, without a last "
                 "hidden state tensor"
             )
+        weight = self._whole_head_weight()
+        self._lora_expected = self.lora.active() if self.lora is not None else []
+        if self.vocab.max_digits > 1:
+            self._hidden, self._grad = hidden, torch.is_grad_enabled() and self.differentiable
+            return
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.differentiable):
+            self._logits = digit_logits_from_hidden(hidden, weight, self.vocab, getattr(self.head, "bias", None))
+
+    def _whole_head_weight(self) -> torch.Tensor:
         weight = self.head.weight
         if type(weight).__name__ == "DTensor" or hasattr(weight, "placements"):
             raise DigitCaptureError(
-                "the LM head weight is still sharded (a DTensor) when the decoder returns: FSDP wraps lm_head as a "
+                "the LM head weight is still sharded (a DTensor) when DEL reads it: FSDP wraps lm_head as a "
                 "unit of its own, so its full weight exists only inside the head's forward, which fused losses "
                 "skip. Keep lm_head in the root FSDP unit (do not list it in the FSDP wrap policy)"
             )
         if getattr(weight, "ds_numel", None) is not None or weight.numel() == 0:
             raise DigitCaptureError(
-                "the LM head weight is partitioned (DeepSpeed ZeRO-3) when the decoder returns; use ZeRO-2 or FSDP"
+                "the LM head weight is partitioned (DeepSpeed ZeRO-3) when DEL reads it; use ZeRO-2 or FSDP"
             )
-        with torch.set_grad_enabled(torch.is_grad_enabled() and self.differentiable):
-            self._logits = digit_logits_from_hidden(hidden, weight, self.vocab, getattr(self.head, "bias", None))
-        self._lora_expected = self.lora.active() if self.lora is not None else []
+        return weight
 
     def _lora_hook(self, name: str):
         def on_lora_a(module, args, projected) -> None:
             if not self._armed or name not in self._lora_expected:
                 return
             self._lora_calls[name] = self._lora_calls.get(name, 0) + 1
+            if self.vocab.max_digits > 1:
+                if self._hidden is None:
+                    raise DigitCaptureError("the LM head's LoRA adapter ran before the decoder returned")
+                self._projected[name] = projected
+                return
             if self._logits is None:
                 raise DigitCaptureError("the LM head's LoRA adapter ran before the decoder returned")
             lora_b = self.lora.head.lora_B[name]
@@ -235,6 +258,8 @@ class DigitLogitsCapture:
         self._armed = True
         self._logits = None
         self._final = None
+        self._hidden = None
+        self._projected = {}
         self._decoder_calls = 0
         self._lora_calls = {}
         self._lora_expected = []
@@ -243,13 +268,12 @@ class DigitLogitsCapture:
     def __exit__(self, *exc) -> None:
         self._armed = False
 
-    def digit_logits(self) -> torch.Tensor:
-        """``[B, T, F, 10]`` float32 digit logits of the last captured forward, as the model's own logits are: the
-        head's digit rows (and bias) on the decoder's last hidden state, then the architecture's transform."""
-        if self._logits is None:
+    def _check_captured(self) -> None:
+        if self._logits is None and self._hidden is None:
             raise DigitCaptureError(
                 "no digit logits were captured: run the model's forward inside `with capture:` (the decoder did "
                 "not run in an armed forward)"
+                + ("; with number tokens each forward is read once, for one targets tensor" if self._slots else "")
             )
         missing = [n for n in self._lora_expected if self._lora_calls.get(n, 0) != 1]
         if missing:
@@ -259,15 +283,63 @@ class DigitLogitsCapture:
                 "would read a different head than the cross-entropy. Use plain cross-entropy, or train the head "
                 "with modules_to_save instead of LoRA"
             )
+
+    def digit_logits(self) -> torch.Tensor:
+        """``[B, T, F, 10]`` float32 digit logits of the last captured forward, as the model's own logits are: the
+        head's digit rows (and bias) on the decoder's last hidden state, then the architecture's transform. For a
+        vocabulary with number tokens, whose slots read other rows at each target, use :meth:`digit_targets`."""
+        if self.vocab.max_digits > 1:
+            raise DigitCaptureError(
+                f"{self.vocab.name} has number tokens of up to {self.vocab.max_digits} digits: their digit logits "
+                "depend on the target, so read them with capture.digit_targets(targets)"
+            )
+        self._check_captured()
         if self._final is None:
             self._final = self._logits if self.transform is None else self.transform(self._logits)
         return self._final
 
     def digit_targets(self, targets: torch.Tensor) -> DigitTargets:
         """:class:`DigitTargets` of the last captured forward for aligned ``targets`` ``[B, T]`` (position ``t`` of
-        the forward predicts ``targets[:, t]``; shift the labels first)."""
+        the forward predicts ``targets[:, t]``; shift the labels first).
+
+        With number tokens the slots are computed here, at the positions whose target is a number token, and the
+        forward's hidden states are then let go: a forward is read for one ``targets`` tensor (asking again with the
+        same tensor returns the same slots)."""
+        if self.vocab.max_digits > 1:
+            if self._slots is not None and self._slots[0] is targets:
+                return self._slots[1]
+            self._check_captured()
+            slots = slot_digit_targets(targets.to(self._hidden.device), self.vocab, self._number_logits)
+            # the decoder's output is not held past its one read (the result's graph keeps what backward needs)
+            self._hidden, self._projected, self._slots = None, {}, (targets, slots)
+            return slots
         logits = self.digit_logits()
         return select_digit_family(logits, targets.to(logits.device), self.vocab)
+
+    def _number_logits(self, positions: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each number group's logits at its flat positions of the captured forward, as the model's own: the head's
+        rows (bias, LoRA adapters) on the decoder's output, then the architecture's transform."""
+        vocab, hidden = self.vocab, self._hidden
+        with torch.set_grad_enabled(self._grad):
+            z = number_logits_from_hidden(
+                hidden, self._whole_head_weight(), vocab, positions, getattr(self.head, "bias", None)
+            )
+            rows = vocab.number_row_ids_on(hidden.device)
+            offsets = vocab.group_offsets
+            for name in self._lora_expected:
+                projected = self._projected[name]
+                flat = projected.reshape(-1, projected.shape[-1])
+                lora_b = self.lora.head.lora_B[name]
+                scaling = self.lora.head.scaling[name]
+                with torch.autocast(device_type=hidden.device.type, enabled=False):
+                    for g, pos in enumerate(positions):
+                        ids = rows[offsets[g] : offsets[g + 1]]
+                        bias = None if lora_b.bias is None else lora_b.bias[ids].float()
+                        delta = F.linear(flat.index_select(0, pos).float(), lora_b.weight[ids].float(), bias)
+                        z[g] = z[g] + delta * scaling
+            if self.transform is not None:
+                z = [self.transform(zg) for zg in z]
+        return z
 
     @torch.no_grad()
     def check_against_logits(
@@ -288,13 +360,21 @@ class DigitLogitsCapture:
             logits = outputs.get("logits") if hasattr(outputs, "get") else outputs[0]
             if logits is None:
                 return None
-            ours = self.digit_logits()
+            if self.vocab.max_digits > 1:  # every number row at every position: [B, T, R]
+                self._check_captured()
+                everywhere = torch.arange(logits.shape[0] * logits.shape[1], device=self._hidden.device)
+                ours = torch.cat(self._number_logits([everywhere] * len(self.vocab.number_groups)), dim=-1)
+                ours = ours.view(*logits.shape[:2], -1)
+                ids = self.vocab.number_row_ids_on(logits.device)
+            else:
+                ours = self.digit_logits()
+                ids = self.vocab.family_ids(logits.device)
         finally:
             model.train(was_training)
             self.differentiable = differentiable
-            self._logits = self._final = None
-        ids = self.vocab.family_ids(logits.device)
-        theirs = logits[..., ids]  # [B, T, F, 10]
+            self._logits = self._final = self._hidden = None
+            self._projected = {}
+        theirs = logits[..., ids]  # [B, T, F, 10], or [B, T, R] for number tokens
         keep = torch.ones(theirs.shape[:2], dtype=torch.bool, device=theirs.device)
         if attention_mask is not None:
             keep = attention_mask.to(theirs.device).bool()

@@ -94,31 +94,42 @@ def dist2_place_weights(places: torch.Tensor, enabled: bool = True) -> torch.Ten
 
     Integer digit of place ``i >= 0``: ``i + 1``. Decimal digit of place ``-k`` in a number with ``D`` decimals:
     ``D - k + 1`` (in 3.14159 the decimals '14159' weigh 5, 4, 3, 2, 1, as the integer 14159 would). ``D`` is
-    read from ``places`` itself: the decimals of a number are a run of consecutive positions with places
+    read from ``places`` itself: the decimals of a number are a run of consecutive digits with places
     -1, -2, ..., -D, so ``D`` is minus the lowest place in the run (vectorised; no loop over tokens). A number
     whose first decimals are cut off (the sequence starts inside it) keeps the ``D`` of its visible decimals'
-    lowest place, which is the true ``D``. float32; 0 where there is no digit; 1 at every digit if not ``enabled``.
+    lowest place, which is the true ``D``. ``places`` is ``[T]``, ``[B, T]`` or, with number tokens, ``[B, T, M]``
+    (a token's digits in its slots, then the next token's: '141' '59' is one run). float32; 0 where there is no
+    digit; 1 at every digit if not ``enabled``.
     """
     is_digit = places != NOT_A_DIGIT
     if not enabled:
         return is_digit.to(torch.float32)
     if places.numel() == 0:
         return torch.zeros(places.shape, dtype=torch.float32, device=places.device)
-    flat = places.reshape(-1, places.shape[-1]) if places.dim() > 0 else places.reshape(1, 1)
+    place = places.to(torch.long)
+    # the place of the digit before each digit (NOT_A_DIGIT at a sequence's first digit and after a non-digit)
+    previous = torch.full_like(place, NOT_A_DIGIT)
+    if places.dim() == 3:  # slots: the slot before, or the previous token's last digit
+        previous[..., 1:] = place[..., :-1]
+        last = is_digit.sum(-1, keepdim=True).clamp(min=1) - 1
+        previous[:, 1:, :1] = place[:, :-1].gather(-1, last[:, :-1])
+        flat, prev = place.reshape(place.shape[0], -1), previous.reshape(place.shape[0], -1)
+    else:
+        flat = place.reshape(-1, place.shape[-1]) if place.dim() > 0 else place.reshape(1, 1)
+        prev = previous.reshape(flat.shape)
+        prev[:, 1:] = flat[:, :-1]
     rows, length = flat.shape
-    place = flat.to(torch.long)
     decimal = (flat != NOT_A_DIGIT) & (flat < 0)
-    continues = torch.zeros_like(decimal)
-    continues[:, 1:] = decimal[:, 1:] & decimal[:, :-1] & (place[:, 1:] == place[:, :-1] - 1)
+    continues = decimal & (prev != NOT_A_DIGIT) & (prev < 0) & (flat == prev - 1)
     start = (decimal & ~continues).reshape(-1)
     run = torch.cumsum(start, 0) - 1  # rows never share a run: a run cannot continue across position 0
     n = rows * length
     dump = torch.full_like(run, n)  # scatter slot for positions outside decimal runs
     run_of_decimal = torch.where(decimal.reshape(-1), run, dump)
     lowest = torch.zeros(n + 1, dtype=torch.long, device=places.device)
-    lowest.scatter_reduce_(0, run_of_decimal, place.reshape(-1), reduce="amin", include_self=False)
+    lowest.scatter_reduce_(0, run_of_decimal, flat.reshape(-1), reduce="amin", include_self=False)
     decimals_in_number = -lowest[run_of_decimal].view(rows, length)
-    weight = torch.where(decimal, decimals_in_number + place + 1, place + 1).to(torch.float32)
+    weight = torch.where(decimal, decimals_in_number + flat + 1, flat + 1).to(torch.float32)
     return torch.where(flat != NOT_A_DIGIT, weight, 0.0).view(places.shape)
 
 

@@ -3,17 +3,37 @@
 Every digit criterion works on :class:`DigitTargets`: at each position, the ten logits of the target's digit
 family. They come from the hidden states (:mod:`~del_plugin.core.hidden`, what training uses: no logits needed)
 or from full logits (:func:`digit_targets_from_logits`, for code that only has logits).
+
+Number tokens (tokenizers that cut numbers into chunks of 1-3 digits, Llama-3's '123'). A target that is an
+m-digit number token gives m digit *slots*, one per digit, left to right. With ``T_m`` the m-digit tokens of the
+target's family and ``l`` the logits at that position, slot ``j`` has the ten logits
+
+    z_j[v] = logsumexp over s in T_m whose j-th digit is v of l[s]
+
+so ``softmax(z_j)`` is the model's distribution of the j-th digit among m-digit tokens; for m = 1 they are the ten
+digit tokens' logits. :class:`DigitTargets` then has a slot axis (``[..., M, 10]`` logits, ``M`` the
+vocabulary's longest number token) and every digit criterion works on slots as it works on single digits. The
+marginal conditions each digit on the target token's length: a model that puts its mass on '12' when the target is
+'123' is scored by its three-digit tokens only (the other lengths' mass is not a digit of this slot).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
 
 from .vocab import DigitVocab
 
-__all__ = ["DigitTargets", "digit_targets_from_logits", "digit_entropy", "digit_correct"]
+__all__ = [
+    "DigitTargets",
+    "digit_targets_from_logits",
+    "digit_entropy",
+    "digit_correct",
+    "slot_digit_targets",
+    "slot_logits",
+]
 
 
 class DigitTargets(NamedTuple):
@@ -22,6 +42,9 @@ class DigitTargets(NamedTuple):
     ``logits`` is ``[..., 10]``, float32 or wider: the logits of the ten tokens of the target's digit family (family 0
     where the label is not a digit). ``target`` is the digit 0-9 (0 where not a digit); ``mask`` is True at
     digit targets. Values where ``mask`` is False are finite but meaningless.
+
+    With number tokens (module docstring) each target has ``M`` slots: ``logits`` ``[..., M, 10]``, ``target`` and
+    ``mask`` ``[..., M]``, aligned with the slot places of :func:`~del_plugin.core.places.next_token_places`.
     """
 
     logits: torch.Tensor
@@ -42,6 +65,16 @@ def digit_targets_from_logits(logits: torch.Tensor, targets: torch.Tensor, vocab
             f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} are not aligned: "
             "logits[..., t, :] must predict targets[..., t] (shift the labels before calling)"
         )
+    if vocab.max_digits > 1:
+        flat = logits.reshape(-1, logits.shape[-1])
+
+        def group_logits(positions: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+            return [
+                flat.index_select(0, pos).index_select(1, torch.tensor(group.token_ids, device=flat.device))
+                for pos, group in zip(positions, vocab.number_groups)
+            ]
+
+        return slot_digit_targets(targets, vocab, group_logits)
     digit, family = vocab.classify(targets)
     index = vocab.family_ids(logits.device)[family.clamp(min=0)]
     z = logits.gather(-1, index)
@@ -58,3 +91,41 @@ def digit_entropy(digit_logits: torch.Tensor) -> torch.Tensor:
 def digit_correct(targets: DigitTargets) -> torch.Tensor:
     """Whether the most likely digit is the target, per position (False where not a digit)."""
     return (targets.logits.argmax(-1) == targets.target) & targets.mask
+
+
+def slot_logits(token_logits: torch.Tensor, digits: int) -> torch.Tensor:
+    """The ``[N, digits, 10]`` slot logits of ``[N, 10 ** digits]`` logits of a group's tokens in value order: slot
+    ``j`` is the logsumexp over the tokens whose ``j``-th digit (left to right) is ``v``."""
+    if digits == 1:
+        return token_logits.unsqueeze(1)
+    grid = token_logits.unflatten(-1, (10,) * digits)  # axis 1 + j: the j-th digit
+    axes = range(1, digits + 1)
+    return torch.stack([torch.logsumexp(grid, dim=[a for a in axes if a != 1 + j]) for j in range(digits)], dim=1)
+
+
+def slot_digit_targets(
+    targets: torch.Tensor,
+    vocab: DigitVocab,
+    group_logits: Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]],
+) -> DigitTargets:
+    """:class:`DigitTargets` with a slot axis for aligned ``targets``, from the logits of each number group's tokens
+    at the flat positions whose target is in that group: ``group_logits(positions)`` gets one index tensor per
+    group of :attr:`~del_plugin.core.vocab.DigitVocab.number_groups` and returns the ``[len(positions[g]),
+    10 ** digits]`` logits of group ``g``'s tokens there (from full logits or from the hidden states).
+
+    One ``nonzero`` per group finds those positions (a host synchronisation each): a group's logits are computed
+    only where a target needs them. Empty groups are computed too (zero rows), so the result always has a graph."""
+    group, digit, mask = vocab.slot_targets(targets)
+    flat_group = group.reshape(-1)
+    slots = vocab.max_digits
+    positions = [(flat_group == g).nonzero().squeeze(1) for g in range(len(vocab.number_groups))]
+    computed = group_logits(positions)
+    out = None
+    for pos, z, g in zip(positions, computed, vocab.number_groups):
+        per_slot = slot_logits(z.to(torch.promote_types(z.dtype, torch.float32)), g.digits)
+        if g.digits < slots:
+            per_slot = torch.nn.functional.pad(per_slot, (0, 0, 0, slots - g.digits))
+        if out is None:
+            out = per_slot.new_zeros(flat_group.shape[0], slots, 10)
+        out = out.index_copy(0, pos, per_slot)
+    return DigitTargets(out.view(*targets.shape, slots, 10), digit, mask)

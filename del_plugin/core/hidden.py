@@ -29,10 +29,15 @@ import weakref
 import torch
 from torch.autograd import Variable
 
-from .digits import DigitTargets
+from .digits import DigitTargets, slot_digit_targets
 from .vocab import DigitVocab
 
-__all__ = ["digit_logits_from_hidden", "digit_targets_from_hidden", "select_digit_family"]
+__all__ = [
+    "digit_logits_from_hidden",
+    "digit_targets_from_hidden",
+    "number_logits_from_hidden",
+    "select_digit_family",
+]
 
 # Rows of ``h`` upcast to float32 at a time: bounds the transient copy at _BLOCK_ROWS x H x 4 bytes.
 _BLOCK_ROWS = 4096
@@ -130,6 +135,95 @@ class _HiddenDigitLogits(torch.autograd.Function):
         return grad_hidden, grad_weight, None, None
 
 
+class _HiddenNumberLogits(torch.autograd.Function):
+    """The logits of each number group's rows at that group's positions: ``h[pos_g] · W[rows_g]ᵀ`` per group, one
+    ``[N, H]`` gradient for ``h`` (positions of different groups never coincide) and the rows' weight gradient
+    added through the sink, as :class:`_HiddenDigitLogits` does."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, sink, *positions_and_rows):  # type: ignore[override]
+        flat = hidden.detach().reshape(-1, hidden.shape[-1])
+        pairs = list(zip(positions_and_rows[0::2], positions_and_rows[1::2]))
+        rows = [weight.detach().index_select(0, row_ids) for _, row_ids in pairs]
+        ctx.save_for_backward(hidden, *positions_and_rows, *rows)
+        ctx.sink, ctx.weight_shape, ctx.groups = sink, weight.shape, len(pairs)
+        return tuple(_rows_times(flat.index_select(0, pos), r.float().t()) for (pos, _), r in zip(pairs, rows))
+
+    @staticmethod
+    def backward(ctx, *grad_zs):  # type: ignore[override]
+        hidden, *saved = ctx.saved_tensors
+        groups = ctx.groups
+        positions, row_ids, rows = saved[0 : 2 * groups : 2], saved[1 : 2 * groups : 2], saved[2 * groups :]
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        grad_hidden = torch.zeros_like(flat) if ctx.needs_input_grad[0] else None
+        grad_weight = None
+        for pos, ids, r, grad_z in zip(positions, row_ids, rows, grad_zs):
+            if grad_z is None or pos.numel() == 0:
+                continue
+            grad_z = grad_z.float()
+            if grad_hidden is not None:
+                grad_hidden.index_copy_(0, pos, _grad_hidden(grad_z, r, hidden.dtype))
+            if ctx.needs_input_grad[1]:
+                row_grad = _grad_times(grad_z, flat.index_select(0, pos))
+                if ctx.sink is not None:
+                    ctx.sink.pending.append((ids, row_grad))
+                    Variable._execution_engine.queue_callback(ctx.sink.end_of_backward)
+                else:
+                    if grad_weight is None:
+                        grad_weight = torch.zeros(ctx.weight_shape, dtype=r.dtype, device=r.device)
+                    grad_weight.index_add_(0, ids, row_grad.to(r.dtype))
+        if grad_hidden is not None:
+            grad_hidden = grad_hidden.view(hidden.shape)
+        return (grad_hidden, grad_weight, None) + (None,) * (2 * groups)
+
+
+def _check_head(hidden: torch.Tensor, head_weight: torch.Tensor, vocab: DigitVocab, largest_id: int) -> None:
+    if head_weight.dim() != 2 or head_weight.shape[0] == 0 or head_weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(
+            f"the head weight {tuple(head_weight.shape)} is not the [vocab, hidden] matrix of hidden states "
+            f"{tuple(hidden.shape)}; a weight sharded by FSDP or partitioned by DeepSpeed ZeRO-3 must be gathered first"
+        )
+    if not (head_weight.is_floating_point() and hidden.is_floating_point()):
+        raise TypeError(
+            f"the head weight ({head_weight.dtype}) and hidden states ({hidden.dtype}) must be floating point; a "
+            "quantised LM head cannot be read row by row"
+        )
+    if largest_id >= head_weight.shape[0]:
+        raise ValueError(
+            f"digit token id {largest_id} of {vocab.name} is outside the head's {head_weight.shape[0]} rows: the "
+            "tokenizer and the model do not match"
+        )
+
+
+def number_logits_from_hidden(
+    hidden: torch.Tensor,
+    head_weight: torch.Tensor,
+    vocab: DigitVocab,
+    positions: list[torch.Tensor],
+    head_bias: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
+    """For each group of ``vocab.number_groups``, the float32 logits ``[len(positions[g]), 10 ** digits]`` of its
+    tokens at the flat positions ``positions[g]`` of ``hidden`` ``[..., H]``: ``(h @ Wᵀ + b)[pos_g][:, rows_g]``
+    without the other rows or positions (1,110 rows at number targets only, for Llama-3). Precision and gradients
+    as :func:`digit_logits_from_hidden`."""
+    groups = vocab.number_groups
+    if len(positions) != len(groups):
+        raise ValueError(f"one position tensor per number group ({len(groups)}) is needed, got {len(positions)}")
+    _check_head(hidden, head_weight, vocab, max(vocab.number_row_ids))
+    all_rows = vocab.number_row_ids_on(hidden.device)
+    offsets = vocab.group_offsets
+    row_ids = [all_rows[offsets[g] : offsets[g + 1]] for g in range(len(groups))]
+    sink = None
+    if head_weight.requires_grad and head_weight.is_leaf and torch.is_grad_enabled():
+        sink = _WeightRowGradient(head_weight)
+    args = [t for pair in zip(positions, row_ids) for t in pair]
+    with torch.autocast(device_type=hidden.device.type, enabled=False):
+        z = list(_HiddenNumberLogits.apply(hidden, head_weight, sink, *args))
+        if head_bias is not None:
+            z = [zg + head_bias[ids].float() for zg, ids in zip(z, row_ids)]
+    return z
+
+
 def digit_logits_from_hidden(
     hidden: torch.Tensor, head_weight: torch.Tensor, vocab: DigitVocab, head_bias: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -141,22 +235,8 @@ def digit_logits_from_hidden(
     (module docstring); differentiable in every input, with the weight's gradient added in place on its digit rows
     (a trainable bias gets an ordinary ``[V]`` gradient).
     """
-    if head_weight.dim() != 2 or head_weight.shape[0] == 0 or head_weight.shape[1] != hidden.shape[-1]:
-        raise ValueError(
-            f"the head weight {tuple(head_weight.shape)} is not the [vocab, hidden] matrix of hidden states "
-            f"{tuple(hidden.shape)}; a weight sharded by FSDP or partitioned by DeepSpeed ZeRO-3 must be gathered first"
-        )
-    if not (head_weight.is_floating_point() and hidden.is_floating_point()):
-        raise TypeError(
-            f"the head weight ({head_weight.dtype}) and hidden states ({hidden.dtype}) must be floating point; a "
-            "quantised LM head cannot be read row by row"
-        )
+    _check_head(hidden, head_weight, vocab, max(max(ids) for ids in vocab.family_token_ids))
     ids = vocab.family_ids(hidden.device)
-    if int(ids.max()) >= head_weight.shape[0]:
-        raise ValueError(
-            f"digit token id {int(ids.max())} of {vocab.name} is outside the head's {head_weight.shape[0]} rows: the "
-            "tokenizer and the model do not match"
-        )
     sink = None
     if head_weight.requires_grad and head_weight.is_leaf and torch.is_grad_enabled():
         sink = _WeightRowGradient(head_weight)
@@ -186,5 +266,12 @@ def digit_targets_from_hidden(
 ) -> DigitTargets:
     """:class:`DigitTargets` for aligned ``targets`` from hidden states and the head weight (see
     :func:`digit_logits_from_hidden`); the same as :func:`~del_plugin.core.digits.digit_targets_from_logits` on
-    ``hidden @ head_weight.T`` without computing it."""
+    ``hidden @ head_weight.T`` without computing it. With number tokens, the slots of each target
+    (:func:`~del_plugin.core.digits.slot_digit_targets`) from :func:`number_logits_from_hidden`."""
+    if vocab.max_digits > 1:
+        if hidden.shape[:-1] != targets.shape:
+            raise ValueError(f"hidden states {tuple(hidden.shape)} do not match targets {tuple(targets.shape)}")
+        return slot_digit_targets(
+            targets, vocab, lambda positions: number_logits_from_hidden(hidden, head_weight, vocab, positions)
+        )
     return select_digit_family(digit_logits_from_hidden(hidden, head_weight, vocab), targets, vocab)

@@ -46,8 +46,13 @@ def number_places(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.T
     * A second decimal point ends the number and starts a new one: '1.2.3' reads as 1.2 then .3.
     * Signs and thousands separators are not part of numbers: '-1,234' reads as 1 then 234.
 
-    Returns int32 of the shape of ``labels``, on its device. CPU tensors (the collator's) are read with NumPy;
-    tensors on other devices with torch, on that device (no copy to the host, no synchronisation).
+    Number tokens of several digits (Llama-3's '123') are read digit by digit: their digits get one *slot* each,
+    and places count digits, not tokens ('12345' as '123' '45' has places 4 3 2 | 1 0).
+
+    Returns int32 of the shape of ``labels`` for a single-digit vocabulary; ``[..., vocab.max_digits]`` for one
+    with number tokens, slot ``j`` the ``j``-th digit of the token left to right (``NOT_A_DIGIT`` past its last
+    digit). On the device of ``labels``: CPU tensors (the collator's) are read with NumPy, tensors on other
+    devices with torch, on that device (no copy to the host, no synchronisation).
     """
     return _read(labels, vocab, position_ids, shift=False)
 
@@ -64,14 +69,21 @@ def _read(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | 
             ids = ids.reshape(1, -1)
             pos = None if pos is None else pos.reshape(1, -1)
         _check_shapes(ids.shape, None if pos is None else pos.shape)
-        place = torch.from_numpy(_places_numpy(ids, vocab, pos, shift))
+        read = _places_numpy if vocab.max_digits == 1 else _slot_places_numpy
+        place = torch.from_numpy(read(ids, vocab, pos, shift))
         return place[0] if squeeze else place
     squeeze = labels.dim() == 1
     if squeeze:
         labels = labels.unsqueeze(0)
         position_ids = None if position_ids is None else position_ids.reshape(1, -1)
     _check_shapes(labels.shape, None if position_ids is None else position_ids.shape)
-    if labels.numel() == 0:
+    if vocab.max_digits > 1:
+        place = _slot_places_torch(labels, vocab, position_ids)
+        if shift:
+            shifted = torch.full_like(place, NOT_A_DIGIT)
+            shifted[:, :-1] = place[:, 1:]
+            place = shifted
+    elif labels.numel() == 0:
         place = torch.full(labels.shape, NOT_A_DIGIT, dtype=torch.int32, device=labels.device)
     else:
         place = _places_torch(labels, vocab, position_ids)
@@ -151,6 +163,28 @@ def _places_numpy(labels: np.ndarray, vocab: DigitVocab, position_ids: np.ndarra
     batch, length = labels.shape
     if batch * length == 0:
         return np.full((batch, length), NOT_A_DIGIT, dtype=np.int32)
+    cls, size, width = _label_classes(labels, vocab, position_ids)
+    digit = cls.nonzero()[0]  # ends with the closing digit
+    digit_cls = cls.take(digit)
+    bounds = _OPENS.take(digit_cls).nonzero()[0]  # each part's first digit, then the closing digit
+    first, after = bounds[:-1], bounds[1:]
+    # Counted in digits (a part's digits are consecutive labels), the place of digit j is (anchor - j), where an
+    # integer part's anchor is its last digit, after - 1, and a decimal part's its point, first - 1: so anchor + 1
+    # is bounds[k + 1] for an integer part k, bounds[k] for a decimal one.
+    anchor = bounds.take(_COUNTING.get(len(first))[: len(first)] - _MINUS_INTEGER.take(digit_cls.take(first)))
+    counting = _COUNTING.get(len(digit))[1 : len(digit)]  # j + 1
+    out = _NOT_DIGITS.get(size + 1)[: size + 1].copy()
+    out.put(digit[:-1], anchor.repeat(after - first) - counting)
+    # out[r * (T + 1) + t] is the place of labels[r, t]; shifted by one, the last column shows the 0 of the next row
+    view = np.ndarray((batch, length), dtype=np.int64, buffer=out, offset=8 * shift, strides=(8 * width, 8))
+    return view.astype(np.int32)
+
+
+def _label_classes(labels: np.ndarray, vocab: DigitVocab, position_ids: np.ndarray | None):
+    """(``cls``, size, width): the class of every label of a nonempty ``[B, T]`` array, in rows of ``width = T + 1``
+    (``cls[r * width + t]`` is the class of ``labels[r, t]``; each row's last entry is not a digit) and a closing
+    digit at ``cls[size - 1]``, which ends the last number."""
+    batch, length = labels.shape
     if labels.dtype.kind != "i":
         labels = labels.astype(np.int64)
     # The kinds in rows of T + 1 that start with a 0 (not a digit), so that no number runs on from the row above,
@@ -166,21 +200,54 @@ def _places_numpy(labels: np.ndarray, vocab: DigitVocab, position_ids: np.ndarra
         np.bitwise_or(rows[:, 1:], KIND_FRESH, out=rows[:, 1:], where=np.diff(position_ids) != 1)
     # kind[i] | kind[i + 1] << 8 for every i, read from the same bytes (a stride of one byte)
     pairs = np.ndarray((size,), dtype=_PAIR, buffer=kind, strides=(1,))
-    cls = _PAIR_CLASSES.take(pairs)  # cls[i] is the class of kind[i + 1]
+    return _PAIR_CLASSES.take(pairs), size, width  # cls[i] is the class of kind[i + 1]
 
-    digit = cls.nonzero()[0]  # ends with the closing digit
-    digit_cls = cls.take(digit)
-    bounds = _OPENS.take(digit_cls).nonzero()[0]  # each part's first digit, then the closing digit
+
+def _slot_places_numpy(
+    labels: np.ndarray, vocab: DigitVocab, position_ids: np.ndarray | None, shift: bool
+) -> np.ndarray:
+    """:func:`_places_numpy` for a vocabulary with number tokens: ``[B, T, M]`` places, ``M = vocab.max_digits``.
+
+    The same classes and parts as single digits, read per token; places are then counted in digits: with
+    ``start[k]`` the number of digits before number token ``k``, slot ``j`` of token ``k`` sits at digit
+    ``start[k] + j``, and its place is ``anchor - start[k] - j`` with ``anchor`` the digit one before the part's
+    end (an integer part) or the point (a decimal part), as for single digits."""
+    batch, length = labels.shape
+    slots = vocab.max_digits
+    if batch * length == 0:
+        return np.full((batch, length, slots), NOT_A_DIGIT, dtype=np.int32)
+    if labels.dtype.kind != "i":
+        labels = labels.astype(np.int64)
+    cls, size, width = _label_classes(labels, vocab, position_ids)
+    count = np.zeros(size, dtype=np.uint8)  # digits per label, in the layout of cls
+    rows = np.ndarray((batch, length), dtype=np.uint8, buffer=count, offset=0, strides=(width, 1))
+    vocab.digit_count_table.take(labels, mode="clip", out=rows)
+    if vocab.token_zero_has_a_kind:
+        np.copyto(rows, 0, where=labels < 0)
+    count[size - 1] = 1  # the closing digit
+
+    token = cls.nonzero()[0]  # number tokens, then the closing digit
+    token_cls = cls.take(token)
+    digits = count.take(token).astype(np.int64)
+    end = np.cumsum(digits)
+    start = end - digits  # digits before each number token
+    bounds = _OPENS.take(token_cls).nonzero()[0]  # each part's first token, then the closing digit
     first, after = bounds[:-1], bounds[1:]
-    # Counted in digits (a part's digits are consecutive labels), the place of digit j is (anchor - j), where an
-    # integer part's anchor is its last digit, after - 1, and a decimal part's its point, first - 1: so anchor + 1
-    # is bounds[k + 1] for an integer part k, bounds[k] for a decimal one.
-    anchor = bounds.take(_COUNTING.get(len(first))[: len(first)] - _MINUS_INTEGER.take(digit_cls.take(first)))
-    counting = _COUNTING.get(len(digit))[1 : len(digit)]  # j + 1
-    out = _NOT_DIGITS.get(size + 1)[: size + 1].copy()
-    out.put(digit[:-1], anchor.repeat(after - first) - counting)
-    # out[r * (T + 1) + t] is the place of labels[r, t]; shifted by one, the last column shows the 0 of the next row
-    view = np.ndarray((batch, length), dtype=np.int64, buffer=out, offset=8 * shift, strides=(8 * width, 8))
+    # one past the anchor, in digits: the part's end for an integer part, its first digit for a decimal part
+    anchor = start.take(bounds.take(np.arange(len(first)) - _MINUS_INTEGER.take(token_cls.take(first))))
+    base = anchor.repeat(after - first) - start[:-1] - 1  # the place of each token's first digit
+    slot = np.arange(slots)
+    place = np.where(slot < digits[:-1, None], base[:, None] - slot, NOT_A_DIGIT)
+    out = np.full((size + 1, slots), NOT_A_DIGIT, dtype=np.int64)
+    out[token[:-1]] = place
+    # out[r * (T + 1) + t] holds the places of labels[r, t]; shifted by one, the last column shows the next row's 0
+    view = np.ndarray(
+        (batch, length, slots),
+        dtype=np.int64,
+        buffer=out,
+        offset=8 * slots * shift,
+        strides=(8 * slots * width, 8 * slots, 8),
+    )
     return view.astype(np.int32)
 
 
@@ -212,6 +279,24 @@ _NOT_DIGITS = _Grown(lambda size: np.full(size, NOT_A_DIGIT, dtype=np.int64))
 _COUNTING = _Grown(lambda size: np.arange(size))
 
 
+def _token_classes_torch(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None) -> torch.Tensor:
+    """The class of every label of a nonempty ``[B, T]`` tensor, flattened to ``[B * T]``."""
+    device = labels.device
+    kind_table = vocab.kind_table_on(device)
+    ids = labels.long()
+    kind = kind_table[ids.clamp(0, kind_table.numel() - 1)]
+    if vocab.token_zero_has_a_kind:
+        kind = torch.where(ids < 0, 0, kind)
+    if position_ids is not None and labels.shape[1] > 1:
+        kind[:, 1:] |= (position_ids.diff(dim=-1) != 1).to(torch.uint8) * KIND_FRESH
+    before = torch.zeros_like(kind)
+    before[:, 1:] = kind[:, :-1]
+    classes = _CLASSES_ON.get(str(device))
+    if classes is None:
+        classes = _CLASSES_ON.setdefault(str(device), torch.tensor(_CLASSES, device=device))
+    return classes[(before | (kind << 3)).long()].reshape(-1)
+
+
 def _places_torch(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None) -> torch.Tensor:
     """:func:`number_places` of a nonempty ``[B, T]`` tensor in torch, on its device and without a host
     synchronisation: a running maximum (the latest opening, which says whether a digit is decimal) and a backward
@@ -219,19 +304,7 @@ def _places_torch(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.T
     batch, length = labels.shape
     n = batch * length
     device = labels.device
-    kind_table = vocab.kind_table_on(device)
-    ids = labels.long()
-    kind = kind_table[ids.clamp(0, kind_table.numel() - 1)]
-    if vocab.token_zero_has_a_kind:
-        kind = torch.where(ids < 0, 0, kind)
-    if position_ids is not None and length > 1:
-        kind[:, 1:] |= (position_ids.diff(dim=-1) != 1).to(torch.uint8) * KIND_FRESH
-    before = torch.zeros_like(kind)
-    before[:, 1:] = kind[:, :-1]
-    classes = _CLASSES_ON.get(str(device))
-    if classes is None:
-        classes = _CLASSES_ON.setdefault(str(device), torch.tensor(_CLASSES, device=device))
-    cls = classes[(before | (kind << 3)).long()].reshape(-1)
+    cls = _token_classes_torch(labels, vocab, position_ids)
 
     idx = torch.arange(n, device=device)
     # the latest opening at or before t: 2 i + 1 for a decimal part, 2 i for an integer part
@@ -242,6 +315,34 @@ def _places_torch(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.T
     next_stop[:-1] = stops.flip(0).cummin(0).values.flip(0)[1:]
     place = torch.where((opening & 1) != 0, (opening >> 1) - 1, next_stop - 1) - idx
     return torch.where(cls != _NOT_A_DIGIT, place, NOT_A_DIGIT).to(torch.int32).view(batch, length)
+
+
+def _slot_places_torch(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None) -> torch.Tensor:
+    """:func:`_places_torch` for a vocabulary with number tokens, ``[B, T, M]``: the same openings and part ends,
+    counted in digits (a running sum of each label's digit count), as :func:`_slot_places_numpy` counts them."""
+    batch, length = labels.shape
+    slots = vocab.max_digits
+    device = labels.device
+    if labels.numel() == 0:
+        return torch.full((batch, length, slots), NOT_A_DIGIT, dtype=torch.int32, device=device)
+    cls = _token_classes_torch(labels, vocab, position_ids)
+    n = batch * length
+    ids = labels.long().reshape(-1)
+    count_table = vocab.digit_count_table_on(device)
+    digits = count_table[ids.clamp(0, count_table.numel() - 1)]
+    digits = torch.where((ids < 0) | (cls == _NOT_A_DIGIT), 0, digits)
+    start = torch.zeros(n + 1, dtype=torch.long, device=device)  # digits before label t; start[n]: all of them
+    start[1:] = digits.cumsum(0)
+    idx = torch.arange(n, device=device)
+    opening = torch.where(cls >= _OPENS_DECIMAL, 2 * idx + (cls == _OPENS_DECIMAL), -1).cummax(0).values
+    stops = torch.where(cls == _CONTINUES, n, idx)
+    next_stop = torch.full((n,), n, dtype=torch.long, device=device)
+    next_stop[:-1] = stops.flip(0).cummin(0).values.flip(0)[1:]
+    anchor = torch.where((opening & 1) != 0, start[(opening >> 1).clamp(min=0)], start[next_stop])
+    slot = torch.arange(slots, device=device)
+    place = (anchor - start[:-1] - 1).unsqueeze(-1) - slot
+    place = torch.where(slot < digits.unsqueeze(-1), place, NOT_A_DIGIT)
+    return place.to(torch.int32).view(batch, length, slots)
 
 
 @dataclass(frozen=True)
@@ -304,9 +405,10 @@ def next_token_places(
 
     Numbers are read on the unshifted ``labels`` (so packing boundaries in ``position_ids`` line up), then shifted.
     ``shift_labels``, when a collator provides them, are the targets the model's loss really uses; positions they
-    mask are masked here too.
+    mask are masked here too. With number tokens the result has a slot axis, as :func:`number_places`'.
     """
     aligned = _read(labels, vocab, position_ids, shift=True)
     if shift_labels is not None:
-        aligned = torch.where(shift_labels == -100, NOT_A_DIGIT, aligned)
+        masked = shift_labels == -100
+        aligned = torch.where(masked if aligned.dim() == masked.dim() else masked.unsqueeze(-1), NOT_A_DIGIT, aligned)
     return aligned

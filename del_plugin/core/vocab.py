@@ -1,9 +1,13 @@
-"""Which token ids are digits: the ten digit tokens, their space-marked variants, and the decimal point.
+"""Which token ids are digits: the ten digit tokens, their space-marked variants, the decimal point, and the
+number tokens of tokenizers that merge digits.
 
-DEL needs every digit to be its own token. SentencePiece tokenizers with ``split_digits`` (Llama-2, CodeLlama,
-Mistral) and byte-level BPE tokenizers that pre-split ``\\p{N}`` (Qwen2, DeepSeek) qualify; tokenizers that merge
-digits into multi-digit tokens (Llama-3, GPT-2) are refused, because the ten-way digit distribution DEL
-regularises does not exist for them.
+SentencePiece tokenizers with ``split_digits`` (Llama-2, CodeLlama, Mistral) and byte-level BPE tokenizers that
+pre-split ``\\p{N}`` (Qwen2, DeepSeek) give every digit its own token. Tokenizers that split numbers into chunks of
+1-3 digits (``\\p{N}{1,3}``: Llama-3, gpt-oss's o200k, Phi-4's and OLMo-2's cl100k, DeepSeek-V3) are read through
+their *number tokens*: a target '123' gives one digit slot per digit, whose ten logits are the marginal of that
+digit among the 1,000 three-digit tokens (:mod:`~del_plugin.core.digits`). Such a tokenizer is accepted when its
+vocabulary holds every m-digit string for each length m its numbers are cut into; tokenizers whose number tokens
+are an incomplete set (GPT-2: '2000' but not '2001' …) are refused.
 """
 
 from __future__ import annotations
@@ -11,13 +15,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 __all__ = [
     "DIGIT_PROBE_TEXT",
+    "MAX_TOKEN_DIGITS",
+    "NumberGroup",
     "SPACE_MARKERS",
     "DigitVocab",
     "DigitVocabError",
@@ -36,6 +42,11 @@ KIND_FRESH = 4
 # Numbers in the shapes fine-tuning data has (years, money, decimals, thousands separators, a leading '.'):
 # a tokenizer that splits all of them into single digits splits numbers into digits.
 DIGIT_PROBE_TEXT = "In 2024 she paid $1,234.50 for 12345678 items: 3.14159 each, .5 less than 90, i.e. 0.001%."
+# Runs of 1 to 12 digits, after a space and after a letter: how long the number tokens a tokenizer cuts can be.
+LENGTH_PROBE_TEXT = " ".join(f"{'314159265358'[:n]} x{'271828182845'[:n]}" for n in range(1, 13))
+
+# The longest number tokens DEL reads: a slot of an m-digit token is a marginal over 10**m token logits.
+MAX_TOKEN_DIGITS = 3
 
 
 class DigitVocabError(ValueError):
@@ -47,7 +58,17 @@ class NoDigitTokensError(DigitVocabError):
 
 
 class MultiDigitTokenizerError(DigitVocabError):
-    """The tokenizer merges several digits into one token."""
+    """The tokenizer merges digits into tokens DEL cannot read: an incomplete set of m-digit tokens, digits merged
+    with other characters, or numbers longer than :data:`MAX_TOKEN_DIGITS` digits per token."""
+
+
+class NumberGroup(NamedTuple):
+    """The number tokens of one digit family and one length: ``token_ids[v]`` is the token of the ``digits``-digit
+    string of value ``v`` (zero-padded: '007' is value 7), so ``len(token_ids) == 10 ** digits``."""
+
+    family: int
+    digits: int
+    token_ids: tuple[int, ...]
 
 
 def _strip_marker(token: str) -> tuple[str, str]:
@@ -67,6 +88,10 @@ class DigitVocab:
 
     ``leading_point_ids`` are tokens in which punctuation is merged with a decimal point, such as '*.' or '▁.'
     (Llama-2 tokenises "18*.5" as '1', '8', '*.', '5'): followed by a digit they start a number '.5'.
+
+    ``number_token_ids`` are, for tokenizers that merge digits, the groups of m-digit number tokens (m >= 2), each
+    ``10 ** m`` ids in value order ('00', '01', …, '99'); ``number_families[g]`` is the family (space marker) of
+    group ``g``. Empty for single-digit tokenizers, which then behave exactly as before number tokens existed.
     """
 
     family_token_ids: tuple[tuple[int, ...], ...]
@@ -74,6 +99,8 @@ class DigitVocab:
     decimal_point_id: int | None = None
     leading_point_ids: tuple[int, ...] = ()
     name: str = "tokenizer"
+    number_token_ids: tuple[tuple[int, ...], ...] = ()
+    number_families: tuple[int, ...] = ()
     _device_tables: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -82,9 +109,24 @@ class DigitVocab:
         for ids in self.family_token_ids:
             if len(ids) != 10:
                 raise NoDigitTokensError(f"{self.name}: a digit family needs 10 token ids, got {len(ids)}")
+        if len(self.number_families) != len(self.number_token_ids):
+            raise DigitVocabError(f"{self.name}: number_families needs one family per group of number_token_ids")
+        for family, ids in zip(self.number_families, self.number_token_ids):
+            digits = len(str(len(ids))) - 1
+            if not 2 <= digits <= MAX_TOKEN_DIGITS or len(ids) != 10**digits:
+                raise DigitVocabError(
+                    f"{self.name}: a group of number tokens needs 10**m ids for m in 2..{MAX_TOKEN_DIGITS}, got "
+                    f"{len(ids)}"
+                )
+            if not 0 <= family < len(self.family_token_ids):
+                raise DigitVocabError(f"{self.name}: number group family {family} is not a digit family")
+        groups = [(f, len(ids)) for f, ids in zip(self.number_families, self.number_token_ids)]
+        if len(set(groups)) != len(groups):
+            raise DigitVocabError(f"{self.name}: two groups of number tokens share a family and a length")
         flat = [i for ids in self.family_token_ids for i in ids]
+        flat += [i for ids in self.number_token_ids for i in ids]
         if len(set(flat)) != len(flat):
-            raise DigitVocabError(f"{self.name}: a token id appears twice among the digit tokens: {flat}")
+            raise DigitVocabError(f"{self.name}: a token id appears twice among the digit and number tokens")
         markers = self.family_markers
         if len(markers) != len(self.family_token_ids) or markers[0] != "" or "" in markers[1:]:
             raise DigitVocabError(
@@ -94,18 +136,23 @@ class DigitVocab:
         points = ([self.decimal_point_id] if self.decimal_point_id is not None else []) + list(self.leading_point_ids)
         if set(points) & set(flat) or len(set(points)) != len(points):
             raise DigitVocabError(f"{self.name}: decimal point ids {points} overlap each other or the digits")
+        if any(i < 0 for i in flat + points):
+            raise DigitVocabError(f"{self.name}: token ids must be >= 0")
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, name: str | None = None) -> DigitVocab:
-        """Read the digit tokens from a Hugging Face tokenizer (slow or fast).
+        """Read the digit and number tokens from a Hugging Face tokenizer (slow or fast).
 
-        Raises ``NoDigitTokensError`` when a bare digit '0'..'9' has no token of its own and
-        ``MultiDigitTokenizerError`` when the tokenizer turns numbers into multi-digit tokens.
+        The tokenizer's own output on probe texts (:data:`DIGIT_PROBE_TEXT`, and runs of 1-12 digits) says how it
+        cuts numbers. Single digits: the digit families, as always. Chunks of up to m digits: also every
+        ``m'``-digit string for ``m'`` in 2..m, per space marker that appears on number tokens. Raises
+        ``NoDigitTokensError`` when a bare digit '0'..'9' has no token of its own and
+        ``MultiDigitTokenizerError`` when numbers are cut into tokens DEL cannot read (the error names them).
         """
-        name = name or getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
+        name = str(name or getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__)
         vocab: Mapping[str, int] = tokenizer.get_vocab()
-        _refuse_multi_digit_tokenization(tokenizer, name)
+        lengths = _number_token_lengths(tokenizer, name)
         families: list[tuple[int, ...]] = []
         markers: list[str] = []
         for marker in ("",) + SPACE_MARKERS:
@@ -118,14 +165,39 @@ class DigitVocab:
                 raise NoDigitTokensError(
                     f"{name}: DEL needs a token for each digit 0-9, but {', '.join(repr(m) for m in missing)} "
                     "have none. Use a tokenizer that splits numbers into single digits "
-                    "(Llama-2/CodeLlama, Mistral incl. Tekken, Qwen2/2.5/3/3.5, Gemma-3, Phi-3, DeepSeek LLM)."
+                    "(Llama-2/CodeLlama, Mistral incl. Tekken, Qwen2/2.5/3/3.5, Gemma-3, Phi-3, DeepSeek LLM) or "
+                    "into complete chunks of 1-3 digits (Llama-3, gpt-oss, Phi-4, OLMo-2, DeepSeek-V3)."
                 )
+        number_ids: list[tuple[int, ...]] = []
+        number_families: list[int] = []
+        for marker, longest in sorted(lengths.items()):
+            if marker not in markers:
+                raise MultiDigitTokenizerError(
+                    f"{name} cuts numbers into {marker!r}-marked tokens of up to {longest} digits, but has no "
+                    f"complete set of {marker!r}-marked single digits to read them with"
+                )
+            for digits in range(2, longest + 1):
+                strings = [marker + str(v).zfill(digits) for v in range(10**digits)]
+                missing = [t for t in strings if t not in vocab]
+                if missing:
+                    raise MultiDigitTokenizerError(
+                        f"{name} merges digits into multi-digit tokens of up to {longest} digits, but its "
+                        f"vocabulary lacks {len(missing)} of the {10**digits} {digits}-digit strings (e.g. "
+                        f"{', '.join(repr(t) for t in missing[:5])}), so the digits of a {digits}-digit token have "
+                        "no ten-way distribution for DEL to act on. Use a tokenizer that splits numbers into single "
+                        "digits or into complete chunks of 1-3 digits (Llama-3, gpt-oss, Phi-4, OLMo-2), or remove "
+                        "del_plugin.DELPlugin from `plugins`."
+                    )
+                number_ids.append(tuple(int(vocab[t]) for t in strings))
+                number_families.append(markers.index(marker))
         return cls(
             family_token_ids=tuple(families),
             family_markers=tuple(markers),
             decimal_point_id=vocab.get("."),
             leading_point_ids=tuple(sorted(i for tok, i in vocab.items() if _is_leading_point(tok))),
-            name=str(name),
+            name=name,
+            number_token_ids=tuple(number_ids),
+            number_families=tuple(number_families),
         )
 
     # ------------------------------------------------------------------ lookups
@@ -133,9 +205,46 @@ class DigitVocab:
     def num_families(self) -> int:
         return len(self.family_token_ids)
 
+    def describe(self) -> str:
+        """What DEL reads in this vocabulary, for logs: '1 digit family' or '1 digit family, number tokens of 1-3
+        digits (1,110 head rows)'."""
+        text = f"{self.num_families} digit famil{'y' if self.num_families == 1 else 'ies'}"
+        if self.max_digits > 1:
+            text += f", number tokens of 1-{self.max_digits} digits ({len(self.number_row_ids):,} head rows)"
+        return text
+
+    @functools.cached_property
+    def max_digits(self) -> int:
+        """The most digits one token holds: 1 for single-digit tokenizers, 3 for Llama-3's."""
+        return max((len(str(len(ids))) - 1 for ids in self.number_token_ids), default=1)
+
+    @functools.cached_property
+    def number_groups(self) -> tuple[NumberGroup, ...]:
+        """Every group of number tokens: the single-digit families first (one group of 10 each), then the
+        ``number_token_ids`` groups. The row of group ``g``'s token ``v`` in :attr:`number_row_ids` is
+        ``group_offsets[g] + v``."""
+        single = [NumberGroup(f, 1, ids) for f, ids in enumerate(self.family_token_ids)]
+        multi = [
+            NumberGroup(f, len(str(len(ids))) - 1, ids) for f, ids in zip(self.number_families, self.number_token_ids)
+        ]
+        return tuple(single + multi)
+
+    @functools.cached_property
+    def group_offsets(self) -> tuple[int, ...]:
+        offsets = [0]
+        for group in self.number_groups:
+            offsets.append(offsets[-1] + len(group.token_ids))
+        return tuple(offsets)
+
+    @functools.cached_property
+    def number_row_ids(self) -> tuple[int, ...]:
+        """The ids of every number token, group after group (1,110 for Llama-3's bare family): the head rows the
+        digit slots are read from."""
+        return tuple(i for group in self.number_groups for i in group.token_ids)
+
     @functools.cached_property
     def table_size(self) -> int:
-        ids = [i for fam in self.family_token_ids for i in fam] + list(self.leading_point_ids)
+        ids = list(self.number_row_ids) + list(self.leading_point_ids)
         if self.decimal_point_id is not None:
             ids.append(self.decimal_point_id)
         return max(ids) + 1
@@ -159,13 +268,31 @@ class DigitVocab:
         collator uses it on every batch).
         """
         table = np.zeros(self.table_size + 1, dtype=np.uint8)
-        for f, ids in enumerate(self.family_token_ids):
-            table[list(ids)] = KIND_DIGIT | (KIND_FRESH if f > 0 else 0)
+        for group in self.number_groups:
+            table[list(group.token_ids)] = KIND_DIGIT | (KIND_FRESH if group.family > 0 else 0)
         if self.decimal_point_id is not None:
             table[self.decimal_point_id] = KIND_POINT
         if self.leading_point_ids:
             table[list(self.leading_point_ids)] = KIND_POINT | KIND_FRESH
         table.flags.writeable = False
+        return table
+
+    @functools.cached_property
+    def digit_count_table(self) -> np.ndarray:
+        """How many digits each token holds (uint8, 0 for every other token), in the layout of :attr:`kind_table`."""
+        table = np.zeros(self.table_size + 1, dtype=np.uint8)
+        for group in self.number_groups:
+            table[list(group.token_ids)] = group.digits
+        table.flags.writeable = False
+        return table
+
+    def digit_count_table_on(self, device: torch.device) -> torch.Tensor:
+        """:attr:`digit_count_table` as an int64 tensor on ``device`` (cached per device)."""
+        key = ("count", str(device))
+        table = self._device_tables.get(key)
+        if table is None:
+            table = torch.tensor(self.digit_count_table, dtype=torch.long, device=device)
+            self._device_tables[key] = table
         return table
 
     @functools.cached_property
@@ -208,7 +335,8 @@ class DigitVocab:
         return torch.where(in_table, code, -1)
 
     def classify(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per position: the digit value (-1 where not a digit) and the digit family (-1 where not a digit).
+        """Per position: the digit value (-1 where not a single-digit token) and the digit family (-1 likewise).
+        Number tokens of several digits are read with :meth:`slot_targets`.
 
         Works on any integer tensor of token ids; -100 and ids outside the vocabulary are not digits.
         """
@@ -227,6 +355,46 @@ class DigitVocab:
         """``[num_families, 10]`` long tensor of digit token ids on ``device``."""
         return self._tables(device)[1]
 
+    def _number_tables(self, device: torch.device) -> dict[str, torch.Tensor]:
+        key = ("number", str(device))
+        tables = self._device_tables.get(key)
+        if tables is None:
+            rows = torch.tensor(self.number_row_ids, dtype=torch.long)
+            row = torch.full((self.table_size,), -1, dtype=torch.long)  # the number row of each token id, or -1
+            row[rows] = torch.arange(len(rows))
+            group = torch.cat([torch.full((len(g.token_ids),), k) for k, g in enumerate(self.number_groups)])
+            digits = torch.tensor([g.digits for g in self.number_groups])[group]
+            value = torch.arange(len(rows)) - torch.tensor(self.group_offsets[:-1])[group]
+            tables = {"row": row, "group": group, "digits": digits, "value": value, "row_ids": rows}
+            tables = {k: v.to(device) for k, v in tables.items()}
+            self._device_tables[key] = tables
+        return tables
+
+    def number_row_ids_on(self, device: torch.device) -> torch.Tensor:
+        """:attr:`number_row_ids` as a long tensor on ``device``."""
+        return self._number_tables(device)["row_ids"]
+
+    def slot_targets(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per target, its number group, and per digit slot its digit and whether it exists.
+
+        Returns ``group`` (``labels.shape``, long, -1 where the label is not a number token), ``digit`` and
+        ``mask`` (``[..., max_digits]``): slot ``j`` holds the ``j``-th digit, left to right, of the target token
+        ('123': 1, 2, 3), and exists for ``j`` below the token's digit count. Non-digits have no slot (-100 and ids
+        outside the vocabulary included)."""
+        tables = self._number_tables(labels.device)
+        in_table = (labels >= 0) & (labels < self.table_size)
+        row = torch.where(in_table, tables["row"][labels.clamp(0, self.table_size - 1)], -1)
+        is_number = row >= 0
+        safe = row.clamp(min=0)
+        group = torch.where(is_number, tables["group"][safe], -1)
+        digits = torch.where(is_number, tables["digits"][safe], 0)
+        value = tables["value"][safe]
+        slot = torch.arange(self.max_digits, device=labels.device)
+        mask = slot < digits.unsqueeze(-1)
+        power = torch.pow(10, (digits.unsqueeze(-1) - 1 - slot).clamp(min=0))
+        digit = torch.where(mask, value.unsqueeze(-1) // power % 10, 0)
+        return group, digit, mask
+
 
 _BARE_POINT = -2
 _LEADING_POINT = -3
@@ -241,18 +409,42 @@ def _is_leading_point(token: str) -> bool:
     return not any(ch.isalnum() or ch == "." for ch in body[:-1])
 
 
-def _refuse_multi_digit_tokenization(tokenizer: Any, name: str) -> None:
-    ids: Sequence[int] = tokenizer(DIGIT_PROBE_TEXT, add_special_tokens=False)["input_ids"]
-    tokens = tokenizer.convert_ids_to_tokens(list(ids))
-    merged = []
-    for tok in tokens:
-        _, body = _strip_marker(tok)
-        if sum(ch.isdigit() for ch in body) >= 2 and tok not in merged:
-            merged.append(tok)
-    if merged:
+def _number_token_lengths(tokenizer: Any, name: str) -> dict[str, int]:
+    """The longest number token per space marker in the tokenizer's output on the probe texts, for markers whose
+    number tokens hold 2 digits or more (empty for single-digit tokenizers). Refuses a tokenizer that merges digits
+    with other characters ('2024th', '$12') or cuts numbers longer than :data:`MAX_TOKEN_DIGITS` digits."""
+    longest: dict[str, int] = {}
+    mixed: list[str] = []
+    too_long: list[str] = []
+    for text in (DIGIT_PROBE_TEXT, LENGTH_PROBE_TEXT):
+        ids: Sequence[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
+        for tok in tokenizer.convert_ids_to_tokens(list(ids)):
+            marker, body = _strip_marker(tok)
+            digits = sum(ch in _ASCII_DIGITS for ch in body)
+            if digits < 2:
+                continue
+            if digits != len(body):
+                if tok not in mixed:
+                    mixed.append(tok)
+                continue
+            longest[marker] = max(longest.get(marker, 0), digits)
+            if digits > MAX_TOKEN_DIGITS and tok not in too_long:
+                too_long.append(tok)
+    if mixed or too_long:
+        if mixed:
+            why = f"merges digits with other characters into tokens (e.g. {', '.join(repr(t) for t in mixed[:5])})"
+        else:
+            why = (
+                f"merges digits into multi-digit tokens of up to {max(longest.values())} digits (e.g. "
+                f"{', '.join(repr(t) for t in too_long[:5])}; DEL reads number tokens of up to {MAX_TOKEN_DIGITS})"
+            )
         raise MultiDigitTokenizerError(
-            f"{name} merges digits into multi-digit tokens (e.g. {', '.join(repr(t) for t in merged[:5])} "
-            f"in {DIGIT_PROBE_TEXT!r}), so there is no ten-way digit distribution for DEL to act on. "
-            "Use a single-digit tokenizer (Llama-2/CodeLlama, Mistral incl. Tekken, Qwen2/2.5/3/3.5, Gemma-3, Phi-3, "
-            "DeepSeek LLM) or remove del_plugin.DELPlugin from `plugins`."
+            f"{name} {why} in its probe texts, so those digits have no ten-way distribution for DEL to act on. Use "
+            "a tokenizer that splits numbers into single digits (Llama-2/CodeLlama, Mistral incl. Tekken, "
+            "Qwen2/2.5/3/3.5, Gemma-3, Phi-3, DeepSeek LLM) or into complete chunks of 1-3 digits (Llama-3, gpt-oss, "
+            "Phi-4, OLMo-2), or remove del_plugin.DELPlugin from `plugins`."
         )
+    return longest
+
+
+_ASCII_DIGITS = frozenset("0123456789")

@@ -107,12 +107,11 @@ class DELTrainerMixin:
             state = spec.prepare(model) if spec.prepare else {}
             self.compute_loss_func = TokenCriterionLoss(settings, state)
         LOG.info(
-            "DEL: criterion %s, alpha=%s, place weighting %s, %d digit famil%s in %s",
+            "DEL: criterion %s, alpha=%s, place weighting %s, %s in %s",
             settings.criterion,
             settings.alpha,
             "on" if settings.weighting.enabled else "off",
-            vocab.num_families,
-            "y" if vocab.num_families == 1 else "ies",
+            vocab.describe(),
             vocab.name,
         )
 

@@ -264,6 +264,51 @@ def test_teacher_forced_digit_metrics_on_a_hand_built_model():
     assert per_sequence[0][2] == pytest.approx(3 * math.log(6), abs=1e-5)
 
 
+class NextChunkOracle(torch.nn.Module):
+    """Logit ln 9 on the next input token, 0 elsewhere, over the chunked vocabulary of test_number_capture (digit runs
+    cut into tokens of up to three digits)."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask=None):
+        logits = torch.zeros(*input_ids.shape, self.vocab_size)
+        logits[:, :-1].scatter_(-1, input_ids[:, 1:, None], math.log(9))
+        return type("Out", (), {"logits": logits})()
+
+
+def test_teacher_forced_digit_metrics_on_number_tokens():
+    from test_number_capture import TOKEN_ID as CHUNK_ID
+    from test_number_capture import VOCAB as CHUNKED
+    from test_number_capture import V as CHUNK_V
+    from test_number_capture import encode as encode_chunked
+
+    # the solution '12.5 or 3041' is '12' '.' '5' ' ' 'o' 'r' ' ' '304' '1': 1 + 1 + 3 + 1 number tokens, 7 digits
+    prompt = encode_chunked("q 7 = ").tolist()
+    ids = prompt + encode_chunked("12.5 or 3041").tolist()
+    ((_, per_sequence, stats),) = teacher_forced_batches(
+        NextChunkOracle(CHUNK_V), [(ids, len(prompt))], CHUNKED, batch_size=1, pad_id=CHUNK_ID[" "]
+    )
+    result = stats.as_dict()
+    assert result["digits"] == 7 and result["correct"] == 7
+
+    # a slot of an m-digit target: its digit's marginal sums 10**(m-1) tokens, one of them at 9 (the others 1), so
+    # the target digit has mass 9 + 10**(m-1) - 1 and every other digit 10**(m-1)
+    def entropy(m: int) -> float:
+        masses = [9 + 10 ** (m - 1) - 1] + [10 ** (m - 1)] * 9
+        total = sum(masses)
+        return -sum(w / total * math.log(w / total) for w in masses)
+
+    expected = [entropy(2)] * 2 + [entropy(1)] + [entropy(3)] * 3 + [entropy(1)]
+    assert entropy(1) == pytest.approx(math.log(6))
+    assert result["mean_entropy"] == pytest.approx(sum(expected) / 7, abs=1e-5)
+    by_place = {p: v["n"] for p, v in result["places"].items()}
+    assert by_place == {"3": 1, "2": 1, "1": 2, "0": 2, "-1": 1}
+    assert per_sequence[0][0] == 7
+
+
 def test_teacher_forced_stats_merge_and_empty():
     empty = TeacherForcedStats().as_dict()
     assert empty["digits"] == 0 and empty["mean_entropy"] is None and empty["digit_accuracy"] is None

@@ -8,7 +8,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from del_plugin.core import DigitLogitsCapture, digit_targets_from_hidden, digit_targets_from_logits, number_places
+from del_plugin.core import (
+    DigitLogitsCapture,
+    digit_criterion_loss,
+    digit_targets_from_hidden,
+    digit_targets_from_logits,
+    next_token_places,
+    number_places,
+)
 from del_plugin.core.capture import DigitCaptureError
 from del_plugin.core.hidden import digit_logits_from_hidden, select_digit_family
 from del_plugin.core.losses import del_token_losses
@@ -375,3 +382,30 @@ def test_row_blocks_give_the_unblocked_result(monkeypatch):
         results.append((digits.logits.detach(), hidden.grad, weight.grad))
     for unblocked, blocked in zip(*results):
         torch.testing.assert_close(blocked, unblocked, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("numbers", [False, True], ids=["digits", "number tokens"])
+def test_tables_first_built_in_inference_mode_still_train(numbers):
+    """del-eval reads digits under torch.inference_mode; a training step in the same process, with the same
+    vocabulary, must not get its cached tables as inference tensors (autograd refuses to save those)."""
+    import dataclasses
+
+    if numbers:
+        from test_number_capture import VOCAB as vocab
+        from test_number_capture import V as size
+        from test_number_capture import batch as number_batch
+
+        labels = number_batch()["labels"]
+    else:
+        vocab, size, labels = VOCAB, V, aligned_batch()[0]
+    vocab = dataclasses.replace(vocab, _device_tables={})  # nothing cached yet
+    targets = shifted(labels)
+    hidden = torch.randn(*targets.shape, H)
+    weight = torch.randn(size, H)
+    with torch.inference_mode():
+        digit_targets_from_hidden(hidden, weight, targets, vocab)
+    weight.requires_grad_()
+    places = next_token_places(labels, vocab)
+    digits = digit_targets_from_hidden(hidden, weight, targets, vocab)
+    digit_criterion_loss("del", digits, places).backward()
+    assert weight.grad.abs().max() > 0

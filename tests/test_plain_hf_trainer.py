@@ -31,9 +31,10 @@ def test_plain_trainer_runs_and_adds_del(tmp_path):
     assert first_loss[5.0] > first_loss[0.0] + 0.1
 
 
-def first_step_gradients(tmp_path, batch_size: int, grad_accum: int) -> dict[str, torch.Tensor]:
+def first_step_gradients(tmp_path, batch_size: int, grad_accum: int, *argv: str) -> dict[str, torch.Tensor]:
     trainer = example.build_trainer(
         [
+            *argv,
             "--output-dir",
             str(tmp_path),
             "--max-steps",
@@ -76,3 +77,26 @@ def test_gradient_is_independent_of_micro_batching(tmp_path, monkeypatch):
     per_micro = first_step_gradients(tmp_path / "ref", 1, 4)
     differs = [n for n in per_micro if not torch.allclose(per_micro[n], four_by_one[n], rtol=1e-3, atol=1e-5)]
     assert differs
+
+
+def test_llama3_number_tokens_train_and_count_every_digit(tmp_path):
+    """Llama-3's tokenizer cuts numbers into 1-3-digit tokens ('1234' is '123' '4'): each digit is a slot of its
+    own, so one epoch's logged digit targets are the answers' digit characters, and the gradient is still the same
+    however the step is cut into micro-batches."""
+    from del_plugin.assets import tiny_model_dir
+
+    model = ["--model", str(tiny_model_dir("llama-bpe"))]
+    trainer = example.main([*model, "--output-dir", str(tmp_path / "run"), "--max-steps", "2", "--alpha", "5.0"])
+    tokenizer = trainer.processing_class
+    assert any(len(t) == 3 and t.isdigit() for t in tokenizer.tokenize(example.EXAMPLES[1][1]))  # really merged
+    logs = train_logs(trainer)
+    for log in logs:
+        assert_parts_logged(log)
+        assert log["del_loss"] > 0
+    assert sum(log["digit_targets"] for log in logs) == sum(ch.isdigit() for _, a in example.EXAMPLES for ch in a)
+
+    one_by_four = first_step_gradients(tmp_path / "ga4", 1, 4, *model)
+    four_by_one = first_step_gradients(tmp_path / "ga1", 4, 1, *model)
+    assert one_by_four.keys() == four_by_one.keys()
+    for name in one_by_four:
+        torch.testing.assert_close(one_by_four[name], four_by_one[name], rtol=1e-4, atol=1e-6, msg=name)

@@ -293,7 +293,8 @@ def _token_classes_torch(labels: torch.Tensor, vocab: DigitVocab, position_ids: 
     before[:, 1:] = kind[:, :-1]
     classes = _CLASSES_ON.get(str(device))
     if classes is None:
-        classes = _CLASSES_ON.setdefault(str(device), torch.tensor(_CLASSES, device=device))
+        with torch.inference_mode(False):  # a normal tensor, whatever mode the first call runs in
+            classes = _CLASSES_ON.setdefault(str(device), torch.tensor(_CLASSES, device=device))
     return classes[(before | (kind << 3)).long()].reshape(-1)
 
 

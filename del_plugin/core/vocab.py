@@ -288,12 +288,7 @@ class DigitVocab:
 
     def digit_count_table_on(self, device: torch.device) -> torch.Tensor:
         """:attr:`digit_count_table` as an int64 tensor on ``device`` (cached per device)."""
-        key = ("count", str(device))
-        table = self._device_tables.get(key)
-        if table is None:
-            table = torch.tensor(self.digit_count_table, dtype=torch.long, device=device)
-            self._device_tables[key] = table
-        return table
+        return self._on_device("count", device, lambda: torch.tensor(self.digit_count_table, dtype=torch.long))
 
     @functools.cached_property
     def token_zero_has_a_kind(self) -> bool:
@@ -303,17 +298,28 @@ class DigitVocab:
 
     def kind_table_on(self, device: torch.device) -> torch.Tensor:
         """:attr:`kind_table` as a uint8 tensor on ``device`` (cached per device)."""
-        key = ("kind", str(device))
-        table = self._device_tables.get(key)
-        if table is None:
-            table = torch.tensor(self.kind_table, device=device)
-            self._device_tables[key] = table
-        return table
+        return self._on_device("kind", device, lambda: torch.tensor(self.kind_table))
 
-    def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        key = str(device)
+    def _on_device(self, name: str, device: torch.device, build):
+        """``build()``'s tensors on ``device``, built once per device. Built outside inference mode: a table first
+        made while evaluating (``torch.inference_mode``) would be an inference tensor, which a later training
+        step's autograd refuses to save."""
+        key = (name, str(device))
         tables = self._device_tables.get(key)
         if tables is None:
+            with torch.inference_mode(False):
+                built = build()
+                if isinstance(built, torch.Tensor):
+                    tables = built.to(device)
+                elif isinstance(built, dict):
+                    tables = {k: v.to(device) for k, v in built.items()}
+                else:
+                    tables = tuple(t.to(device) for t in built)
+            self._device_tables[key] = tables
+        return tables
+
+    def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        def build():
             # code[id] = family * 10 + digit for digit tokens, _BARE_POINT / _LEADING_POINT for decimal points,
             # -1 elsewhere (one int16 per vocabulary entry)
             code = torch.full((self.table_size,), -1, dtype=torch.int16)
@@ -323,10 +329,9 @@ class DigitVocab:
                 code[self.decimal_point_id] = _BARE_POINT
             if self.leading_point_ids:
                 code[list(self.leading_point_ids)] = _LEADING_POINT
-            family_ids = torch.tensor(self.family_token_ids, dtype=torch.long)
-            tables = (code.to(device), family_ids.to(device), torch.arange(10, device=device))
-            self._device_tables[key] = tables
-        return tables
+            return code, torch.tensor(self.family_token_ids, dtype=torch.long), torch.arange(10)
+
+        return self._on_device("digit", device, build)
 
     def _codes(self, labels: torch.Tensor) -> torch.Tensor:
         code_table = self._tables(labels.device)[0]
@@ -356,19 +361,16 @@ class DigitVocab:
         return self._tables(device)[1]
 
     def _number_tables(self, device: torch.device) -> dict[str, torch.Tensor]:
-        key = ("number", str(device))
-        tables = self._device_tables.get(key)
-        if tables is None:
+        def build():
             rows = torch.tensor(self.number_row_ids, dtype=torch.long)
             row = torch.full((self.table_size,), -1, dtype=torch.long)  # the number row of each token id, or -1
             row[rows] = torch.arange(len(rows))
             group = torch.cat([torch.full((len(g.token_ids),), k) for k, g in enumerate(self.number_groups)])
             digits = torch.tensor([g.digits for g in self.number_groups])[group]
             value = torch.arange(len(rows)) - torch.tensor(self.group_offsets[:-1])[group]
-            tables = {"row": row, "group": group, "digits": digits, "value": value, "row_ids": rows}
-            tables = {k: v.to(device) for k, v in tables.items()}
-            self._device_tables[key] = tables
-        return tables
+            return {"row": row, "group": group, "digits": digits, "value": value, "row_ids": rows}
+
+        return self._on_device("number", device, build)
 
     def number_row_ids_on(self, device: torch.device) -> torch.Tensor:
         """:attr:`number_row_ids` as a long tensor on ``device``."""

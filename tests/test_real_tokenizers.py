@@ -80,15 +80,30 @@ def test_places_on_real_gsm8k_answers(name, answers):
     assert checked > 1000
 
 
-@pytest.mark.parametrize("name, example", [("llama-bpe", "Llama-3"), ("gpt-2", "GPT-2")])
-def test_multi_digit_tokenizers_are_refused(name, example):
-    tok = load_tokenizer(name)
+def test_gpt2_number_tokens_are_refused():
+    # GPT-2 merges digits into tokens of up to four digits and more, an incomplete set of them ('2000' but not
+    # every four-digit string)
+    tok = load_tokenizer("gpt-2")
     with pytest.raises(MultiDigitTokenizerError) as err:
-        DigitVocab.from_tokenizer(tok, name=name)
+        DigitVocab.from_tokenizer(tok, name="gpt-2")
     message = str(err.value)
-    assert name in message and "multi-digit tokens" in message
+    assert "gpt-2" in message and "multi-digit tokens" in message
     # names real merged tokens as examples
-    assert re.search(r"'Ġ?\d{2,}'", message), message
+    assert re.search(r"'Ġ?\d{4,}'", message), message
+
+
+@pytest.mark.parametrize("name", ["llama-bpe", "cl100k", "o200k"])
+def test_chunking_tokenizers_are_read_as_number_tokens(name):
+    """Llama-3, cl100k (Phi-4, OLMo-2) and o200k (gpt-oss) cut numbers into 1-3-digit tokens: DEL reads their bare
+    number tokens, every 1-, 2- and 3-digit string in value order, and single digits as its one family."""
+    tok = load_tokenizer(name)
+    vocab = DigitVocab.from_tokenizer(tok, name=name)
+    index = tok.get_vocab()
+    assert vocab.max_digits == 3 and vocab.family_markers == ("",)
+    assert [(g.family, g.digits) for g in vocab.number_groups] == [(0, 1), (0, 2), (0, 3)]
+    for group in vocab.number_groups:
+        assert list(group.token_ids) == [index[str(v).zfill(group.digits)] for v in range(10**group.digits)]
+    assert "number tokens of 1-3 digits (1,110 head rows)" in vocab.describe()
 
 
 # How each family's real tokenizer splits a few numbers (docs/tokenizers.md). Byte-level BPE marks the space as its

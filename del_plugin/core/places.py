@@ -142,6 +142,12 @@ def _class_table(shift: int) -> np.ndarray:
 
 _CLASSES = _class_table(3)  # the torch path's
 _PAIR_CLASSES = _class_table(8)  # indexed by two consecutive kind bytes read as one little-endian uint16
+# With number tokens, the NumPy path's kinds carry the digit count in bits 3-4 (DigitVocab.counted_kind_table)
+_COUNT_SHIFT = 3
+_COUNTED_PAIR_CLASSES = _PAIR_CLASSES.take((lambda i: (i & 7) | (((i >> 8) & 7) << 8))(np.arange((31 << 8) + 32)))
+_COUNTED_PAIR_CLASSES.flags.writeable = False
+_COUNT_OF_KIND = np.arange(256, dtype=np.int64) >> _COUNT_SHIFT
+_COUNT_OF_KIND.flags.writeable = False
 _PAIR = np.dtype("<u2")
 # By class: 1 for an opening, and -1 for an integer one (lookups instead of arithmetic: the NumPy path then
 # needs no other arithmetic than int64 subtraction, and each kind of operation costs the collator ~10-30 us)
@@ -180,10 +186,12 @@ def _places_numpy(labels: np.ndarray, vocab: DigitVocab, position_ids: np.ndarra
     return view.astype(np.int32)
 
 
-def _label_classes(labels: np.ndarray, vocab: DigitVocab, position_ids: np.ndarray | None):
+def _label_classes(labels: np.ndarray, vocab: DigitVocab, position_ids: np.ndarray | None, counted: bool = False):
     """(``cls``, size, width): the class of every label of a nonempty ``[B, T]`` array, in rows of ``width = T + 1``
     (``cls[r * width + t]`` is the class of ``labels[r, t]``; each row's last entry is not a digit) and a closing
-    digit at ``cls[size - 1]``, which ends the last number."""
+    digit at ``cls[size - 1]``, which ends the last number. ``counted``: the kinds carry each token's digit count
+    in their high bits (:attr:`DigitVocab.counted_kind_table`), and are returned too (``kind[i + 1]`` is the kind
+    of ``cls[i]``)."""
     batch, length = labels.shape
     if labels.dtype.kind != "i":
         labels = labels.astype(np.int64)
@@ -191,15 +199,18 @@ def _label_classes(labels: np.ndarray, vocab: DigitVocab, position_ids: np.ndarr
     # then a fresh digit after the last row, which closes the last number.
     width = length + 1
     size = batch * width
-    kind = _CLOSING_KINDS.get(size + 1)[-size - 1 :].copy()
+    kind = (_CLOSING_COUNTED if counted else _CLOSING_KINDS).get(size + 1)[-size - 1 :].copy()
     rows = np.ndarray((batch, length), dtype=np.uint8, buffer=kind, offset=1, strides=(width, 1))
-    vocab.kind_table.take(labels, mode="clip", out=rows)  # ids < 0 read as id 0, ids past the table as its final 0
+    table = vocab.counted_kind_table if counted else vocab.kind_table
+    table.take(labels, mode="clip", out=rows)  # ids < 0 read as id 0, ids past the table as its final 0
     if vocab.token_zero_has_a_kind:  # then -100 must not read as token 0
         np.copyto(rows, 0, where=labels < 0)
     if position_ids is not None and length > 1:  # a packed sample starts where the positions do not continue
         np.bitwise_or(rows[:, 1:], KIND_FRESH, out=rows[:, 1:], where=np.diff(position_ids) != 1)
     # kind[i] | kind[i + 1] << 8 for every i, read from the same bytes (a stride of one byte)
     pairs = np.ndarray((size,), dtype=_PAIR, buffer=kind, strides=(1,))
+    if counted:
+        return _COUNTED_PAIR_CLASSES.take(pairs), size, width, kind
     return _PAIR_CLASSES.take(pairs), size, width  # cls[i] is the class of kind[i + 1]
 
 
@@ -216,19 +227,10 @@ def _slot_places_numpy(
     slots = vocab.max_digits
     if batch * length == 0:
         return np.full((batch, length, slots), NOT_A_DIGIT, dtype=np.int32)
-    if labels.dtype.kind != "i":
-        labels = labels.astype(np.int64)
-    cls, size, width = _label_classes(labels, vocab, position_ids)
-    count = np.zeros(size, dtype=np.uint8)  # digits per label, in the layout of cls
-    rows = np.ndarray((batch, length), dtype=np.uint8, buffer=count, offset=0, strides=(width, 1))
-    vocab.digit_count_table.take(labels, mode="clip", out=rows)
-    if vocab.token_zero_has_a_kind:
-        np.copyto(rows, 0, where=labels < 0)
-    count[size - 1] = 1  # the closing digit
-
+    cls, size, width, kind = _label_classes(labels, vocab, position_ids, counted=True)
     token = cls.nonzero()[0]  # number tokens, then the closing digit
     token_cls = cls.take(token)
-    digits = count.take(token).astype(np.int64)
+    digits = _COUNT_OF_KIND.take(kind[1:].take(token))  # kind[i + 1] is the kind of cls[i]; the closing digit: 1
     end = np.cumsum(digits)
     start = end - digits  # digits before each number token
     bounds = _OPENS.take(token_cls).nonzero()[0]  # each part's first token, then the closing digit
@@ -275,6 +277,15 @@ def _closing_kinds(size: int) -> np.ndarray:
 
 
 _CLOSING_KINDS = _Grown(_closing_kinds)  # no digit, ..., then a fresh digit
+
+
+def _closing_counted(size: int) -> np.ndarray:
+    kind = _closing_kinds(size)
+    kind[-1:] |= 1 << _COUNT_SHIFT  # the closing digit holds one digit
+    return kind
+
+
+_CLOSING_COUNTED = _Grown(_closing_counted)
 _NOT_DIGITS = _Grown(lambda size: np.full(size, NOT_A_DIGIT, dtype=np.int64))
 _COUNTING = _Grown(lambda size: np.arange(size))
 

@@ -286,6 +286,14 @@ class DigitVocab:
         table.flags.writeable = False
         return table
 
+    @functools.cached_property
+    def counted_kind_table(self) -> np.ndarray:
+        """:attr:`kind_table` with each token's digit count in bits 3-4 (the NumPy reader of number tokens reads
+        both with one lookup)."""
+        table = self.kind_table | (self.digit_count_table << 3)
+        table.flags.writeable = False
+        return table
+
     def digit_count_table_on(self, device: torch.device) -> torch.Tensor:
         """:attr:`digit_count_table` as an int64 tensor on ``device`` (cached per device)."""
         return self._on_device("count", device, lambda: torch.tensor(self.digit_count_table, dtype=torch.long))

@@ -58,3 +58,47 @@ def test_readme_standalone_example_runs_on_a_bf16_model():
         scale = grads[1][name].abs().max().clamp(min=1e-12)
         assert (grads[0][name] - grads[1][name]).abs().max() <= 0.05 * scale, name  # bf16 rounding of the logits
     assert any(g.abs().max() > 0 for g in grads[0].values())
+
+
+def test_readme_standalone_example_gives_the_definitions_value_on_llama3():
+    """The same block, unchanged, on Llama-3's tokenizer (numbers cut into 1-3-digit tokens): its digit term is
+    the definition's, computed slot by slot by the oracle of tests/test_multi_digit.py (explicit logsumexps over
+    the number tokens' strings, places read per character)."""
+    from test_multi_digit import oracle_terms
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq
+
+    from del_plugin.assets import gsm8k_rows, tiny_model_dir
+    from del_plugin.core.places import PlaceWeighting
+
+    model_dir = tiny_model_dir("llama-bpe")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    features = []
+    for row in gsm8k_rows(2):
+        prompt = tokenizer(row["question"] + "\n")["input_ids"]
+        answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"]
+        features.append({"input_ids": prompt + answer, "labels": [-100] * len(prompt) + answer})
+    answers = [tokenizer.convert_ids_to_tokens([i for i in f["labels"] if i >= 0]) for f in features]
+    assert any(len(t) >= 2 and t.isdigit() for tokens in answers for t in tokens)  # merged digits among the targets
+    scope = {
+        "tokenizer": tokenizer,
+        "model": model,
+        "features": features,
+        "DataCollatorForSeq2Seq": DataCollatorForSeq2Seq,
+    }
+    exec(compile(standalone_example(), "README.md", "exec"), scope)
+
+    labels = scope["batch"]["labels"]
+    strings = tokenizer.convert_ids_to_tokens(list(range(model.config.vocab_size)))
+    terms = oracle_terms("del", scope["outputs"].logits.detach().double(), labels, PlaceWeighting(), strings)
+    assert len(terms) == int((scope["places"] != -(2**31)).sum()) > 50
+    definition = 0.03 * sum(terms.values()) / len(terms)
+    # the block's own digit term, from the same capture and targets (a forward is read once, then reused)
+    term = scope["digit_criterion_loss"](
+        "del", scope["capture"].digit_targets(scope["targets"]), scope["places"], alpha=0.03
+    )
+    assert term.item() == pytest.approx(definition.item(), rel=1e-6)
+    ce = scope["outputs"].loss.item()
+    for total in (scope["loss"], scope["logits_loss"]):
+        # the term is read back from a float32 sum with the cross-entropy: exact to a few steps of float32 at the CE
+        assert (total - scope["outputs"].loss).item() == pytest.approx(definition.item(), abs=4 * 2**-23 * ce)

@@ -251,3 +251,31 @@ def test_gradient_is_independent_of_micro_batching(tmp_path, four_rows, argv, co
     per_micro = first_step_gradients(tmp_path / "ref", four_rows, 1, 4, argv, **config)
     differs = [n for n in per_micro if not torch.allclose(per_micro[n], four_by_one[n], rtol=1e-3, atol=1e-5)]
     assert differs
+
+
+@pytest.mark.e2e
+def test_llama3_number_tokens_packed_padding_free(tmp_path):
+    """Llama-3's tokenizer (numbers in 1-3-digit tokens), TRL's padding-free packing: every digit of every packed
+    sample is a slot of its own, read per sample, and the run logs DEL's parts."""
+    from del_plugin.assets import tiny_model_dir
+
+    argv = ["--model", str(tiny_model_dir("llama-bpe")), "--output-dir", str(tmp_path), "--max-steps", "2"]
+    trainer = example.main([*argv, "--eval-steps", "2", "--rows", "8", "--packing", "--loss-type", "nll"])
+    check_run(trainer, steps=2, evaluations=1)
+    vocab = trainer.del_vocab
+    assert vocab.max_digits == 3
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert batch["input_ids"].shape[0] == 1 and (batch["position_ids"] == 0).sum() > 1
+    places = batch[TARGET_PLACES_KEY]
+    assert places.shape == (*batch["labels"].shape, 3)
+    # each packed sample read alone: its labels between position-0 starts, places shifted within the row
+    labels, starts = batch["labels"][0], (batch["position_ids"][0] == 0).nonzero().flatten().tolist()
+    alone = []
+    for begin, end in zip(starts, starts[1:] + [len(labels)]):
+        alone.append(next_token_places(labels[begin:end][None], vocab)[0])
+    expected = torch.cat(alone)
+    # the last position of each sample predicts the next sample's first label, which the collator masks
+    assert torch.equal(places[0], expected)
+    # one slot per digit character of the number tokens among the targets
+    tokens = trainer.processing_class.convert_ids_to_tokens([i for i in labels[1:].tolist() if i >= 0])
+    assert int((places != NOT_A_DIGIT).sum()) == sum(len(t) for t in tokens if t.isdigit() and len(t) <= 3)

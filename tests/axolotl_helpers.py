@@ -52,3 +52,55 @@ def refused(cfg: dict) -> str:
     with pytest.raises(Exception) as err:
         load_config(cfg)
     return str(err.value)
+
+
+ASCII_DIGITS = frozenset("0123456789")
+
+
+class StepLabels:
+    """The labels of every optimizer step's micro-batches, as the trainer gathered them (``get_batch_samples``, once
+    per step, after the collator): ``steps[k]`` is the list of step ``k``'s label tensors. Installed on
+    ``DELTrainer`` with pytest's ``monkeypatch`` (:meth:`install`), so that a test can count the digits each step
+    really trained on independently of DEL."""
+
+    def __init__(self):
+        self.steps: list[list] = []
+
+    def install(self, monkeypatch) -> StepLabels:
+        from del_plugin.trainer import DELTrainer
+
+        gather = DELTrainer.get_batch_samples
+        steps = self.steps
+
+        def recording(trainer, epoch_iterator, num_batches, device):
+            samples, num_items = gather(trainer, epoch_iterator, num_batches, device)
+            steps.append([batch["labels"].detach().cpu().clone() for batch in samples])
+            return samples, num_items
+
+        monkeypatch.setattr(DELTrainer, "get_batch_samples", recording)
+        return self
+
+    def digit_characters(self, tokenizer) -> list[int]:
+        """Per step, the digit characters (ASCII 0-9) of its trained targets: every label that is not -100, less
+        each row's first label (position t predicts label t + 1, so the first label is never a target), spelled by
+        ``tokenizer``. A multi-digit token ('123') counts its digits, as DEL's slots do."""
+        counts = []
+        for batches in self.steps:
+            count = 0
+            for labels in batches:
+                targets = labels[:, 1:]
+                ids = targets[targets != -100].tolist()
+                count += sum(ch in ASCII_DIGITS for tok in tokenizer.convert_ids_to_tokens(ids) for ch in tok)
+            counts.append(count)
+        return counts
+
+    def longest_number_token(self, tokenizer) -> int:
+        """The most digits one trained target token held, over every recorded step."""
+        longest = 0
+        for batches in self.steps:
+            for labels in batches:
+                targets = labels[:, 1:]
+                for tok in tokenizer.convert_ids_to_tokens(targets[targets != -100].tolist()):
+                    if tok and all(ch in ASCII_DIGITS for ch in tok):
+                        longest = max(longest, len(tok))
+        return longest

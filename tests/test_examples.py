@@ -4,7 +4,9 @@ DEL weight derived from the authors' scripts, and a few real training steps on C
 The CPU runs change exactly what ``CPU_OVERRIDES`` lists (GPU-only features and the run length) and swap the
 model for a tiny random Llama that carries the family's real tokenizer and the dataset for local GSM8K rows; Cut
 Cross Entropy (QLoRA configs) is replaced by a CPU copy of its forward (tests/fused_kernels.py); the prompt format,
-the adapter with its 4-bit base weights, packing and the DEL keys are the user's.
+the adapter with its 4-bit base weights, packing and the DEL keys are the user's. The families outside the paper
+(Qwen3, Gemma-3, Llama-3.1) train on a tiny model of their own architecture with their real tokenizer, and check
+that ``digit_targets`` counts the digits of each step's targets (Llama-3's number tokens hold 1-3 of them).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import yaml
 from del_plugin.assets import gsm8k_rows
 from del_plugin.cpu import CPU_KEYS, write_alpaca_jsonl
 
-from axolotl_helpers import run_axolotl
+from axolotl_helpers import StepLabels, run_axolotl
 from fused_kernels import CALLS, cce_style_forward, restored_forwards
 from trainer_checks import train_logs
 
@@ -450,7 +452,8 @@ def test_gpu_check_runs_its_two_axolotl_processes_in_cpu_smoke_mode():
 @dataclass(frozen=True)
 class DefaultAlphaFamily:
     """A family outside the paper's four: no authors' run to convert, so a QLoRA example at the plugin's default
-    ``del_alpha``, with the fused loss and attention its architecture supports."""
+    ``del_alpha``, with the fused loss and attention its architecture supports. A base model trains in the alpaca
+    prompt; an instruct model (``chat_template`` set) in its chat format, through a user-defined prompt."""
 
     directory: str
     hub_id: str
@@ -460,6 +463,8 @@ class DefaultAlphaFamily:
     config: dict  # the checkpoint's published config.json shapes (the memory estimates in docs/examples.md)
     parameters: float  # total parameters those shapes give (a tied head counted once), in billions
     lora_parameters: float  # the adapter's parameters at the example's r 32 and targets, in millions
+    chat_template: str | None = None  # Axolotl's chat template of an instruct model's rows; None: alpaca prompt
+    max_digits: int = 1  # the most digits the tokenizer puts in one number token
 
 
 OTHER_FAMILIES = {
@@ -519,6 +524,27 @@ OTHER_FAMILIES = {
             12.19,
             130.9,
         ),
+        DefaultAlphaFamily(
+            "llama-3.1-8b",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "llama-bpe",
+            "llama",
+            "LlamaForCausalLM",
+            # meta-llama/Llama-3.1-8B-Instruct config.json: untied head, head_dim 128 (Mistral-7B's decoder shapes)
+            dict(
+                vocab_size=128256,
+                hidden_size=4096,
+                intermediate_size=14336,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                num_key_value_heads=8,
+                tie_word_embeddings=False,
+            ),
+            8.03,
+            83.9,
+            chat_template="llama3",
+            max_digits=3,
+        ),
     )
 }
 OTHER_EXAMPLE_IDS = [f"{d}/qlora-24gb" for d in OTHER_FAMILIES]
@@ -571,7 +597,14 @@ def test_other_example_passes_axolotl_validation_as_shipped(example_id):
     assert cfg.del_alpha == DEFAULT_ALPHA == 0.03
     assert (cfg.del_place_weighting, cfg.del_integer_slope, cfg.del_decimal_base) == (True, 2.0, 1.02)
     assert [d["path"] for d in cfg.datasets] == ["TIGER-Lab/MathInstruct"]
-    assert [d["type"] for d in cfg.datasets] == ["alpaca"]
+    if family.chat_template is None:
+        assert [d["type"] for d in cfg.datasets] == ["alpaca"]
+        assert not cfg.chat_template and not cfg.special_tokens
+    else:  # the instruct model's chat format (test_llama3_instruct_prompt_is_the_llama3_chat_template)
+        assert cfg.chat_template == family.chat_template
+        (prompt,) = [d["type"] for d in cfg.datasets]
+        assert set(prompt) >= {"format", "no_input_format"} and prompt["field_output"] == "output"
+        assert cfg.special_tokens == {"eos_token": "<|eot_id|>", "pad_token": "<|end_of_text|>"}
     assert cfg.train_on_inputs is False
     assert cfg.bf16 is True
     assert cfg.attn_implementation == "flash_attention_2"
@@ -676,14 +709,99 @@ def tiny_gemma3_wrapper(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def tiny_llama3_instruct(tmp_path_factory):
+    """A tiny random LlamaForCausalLM (``tiny_model_dir("llama-bpe")``: hidden 64, 2 layers, untied head) with
+    Llama-3's real tokenizer, which, as Llama-3.1's own tokenizer.json does, puts <|begin_of_text|> before every
+    text: the GGUF that ``llama-bpe`` is converted from names the token (``tokenizer.ggml.bos_token_id``) but has
+    no ``add_bos_token`` entry, so the conversion adds none (``add_bos_token`` turns the post-processor on).
+
+    The GGUF is Llama-3's: the same 128,000 text tokens as Llama-3.1's and the same <|begin_of_text|>,
+    <|end_of_text|>, <|start_header_id|>, <|end_header_id|> and <|eot_id|> ids; among the reserved ids, 3.1 renames
+    some (128004 <|finetune_right_pad_id|>, 128008 <|eom_id|>, 128010 <|python_tag|>), which the example does not
+    use."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from del_plugin.assets import tiny_model_dir
+
+    out = tmp_path_factory.mktemp("tiny-llama3-instruct") / "model"
+    shutil.copytree(tiny_model_dir("llama-bpe"), out)
+    tok = AutoTokenizer.from_pretrained(str(out))
+    tok.add_bos_token = True
+    tok.save_pretrained(out)
+    reloaded = AutoTokenizer.from_pretrained(str(out))
+    assert reloaded("12")["input_ids"] == [reloaded.bos_token_id, reloaded.convert_tokens_to_ids("12")]
+    for name, token_id in {"<|begin_of_text|>": 128000, "<|end_of_text|>": 128001, "<|eot_id|>": 128009}.items():
+        assert reloaded.convert_tokens_to_ids(name) == token_id
+    return out
+
+
+def shipped_chat_tokenizer(example_id: str, model_dir: Path, tmp_path: Path):
+    """The tokenizer Axolotl builds from the example's own keys (``special_tokens``, ``chat_template``) for the
+    tokenizer in ``model_dir``, and the validated config."""
+    from axolotl.loaders.tokenizer import load_tokenizer as axolotl_tokenizer
+
+    from axolotl_helpers import load_config
+
+    cfg = load_example(example_id)
+    cfg.update(CPU_OVERRIDES)
+    cfg["plugins"] = [p for p in cfg["plugins"] if p != CCE]
+    cfg["cut_cross_entropy"] = None
+    cfg.update(
+        base_model=str(model_dir),
+        tokenizer_config=str(model_dir),
+        output_dir=str(tmp_path / "out"),
+        dataset_prepared_path=str(tmp_path / "prepared"),
+    )
+    cfg = load_config({key: value for key, value in cfg.items() if value is not None})
+    return axolotl_tokenizer(cfg), cfg
+
+
+def test_llama3_instruct_prompt_is_the_llama3_chat_template(tmp_path, tiny_llama3_instruct):
+    """The Llama-3.1 example's rows are, token for token, Axolotl's `llama3` chat template (the one the YAML saves
+    with the adapter) rendering the question as a user turn and the answer as the assistant's: the prompt is the
+    template's generation prompt, the trained labels the answer and <|eot_id|> (the example's eos), and the
+    tokenizer's <|begin_of_text|> opens the row once."""
+    from axolotl.prompt_strategies import load as load_strategy
+
+    example_id = "llama-3.1-8b/qlora-24gb"
+    shipped = load_example(example_id)
+    tokenizer, cfg = shipped_chat_tokenizer(example_id, tiny_llama3_instruct, tmp_path)
+    assert tokenizer.eos_token == "<|eot_id|>" and tokenizer.pad_token == "<|end_of_text|>"
+    template = Path(importlib.import_module("axolotl.utils.chat_templates").__file__).parent / "templates"
+    assert tokenizer.chat_template == (template / "llama3.jinja").read_text(encoding="utf-8")
+    strategy = load_strategy("user_defined", tokenizer, cfg, shipped["datasets"][0]["type"])
+
+    for row in gsm8k_rows(3):
+        tokenized = strategy.tokenize_prompt({"instruction": row["question"], "output": row["answer"]})
+        ids, labels = tokenized["input_ids"], tokenized["labels"]
+        n_prompt = sum(label == -100 for label in labels)
+        assert labels[:n_prompt] == [-100] * n_prompt and labels[n_prompt:] == ids[n_prompt:]
+        user = [{"role": "user", "content": row["question"]}]
+        prompt = tokenizer.apply_chat_template(user, add_generation_prompt=True, tokenize=False)
+        whole = tokenizer.apply_chat_template(user + [{"role": "assistant", "content": row["answer"]}], tokenize=False)
+        assert prompt.startswith("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n")
+        assert ids[:n_prompt] == tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        assert ids == tokenizer(whole, add_special_tokens=False)["input_ids"]
+        assert ids.count(tokenizer.bos_token_id) == 1 and ids[0] == tokenizer.bos_token_id
+        assert tokenizer.decode(ids[n_prompt:]) == row["answer"] + "<|eot_id|>"
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("example_id", OTHER_EXAMPLE_IDS)
-def test_other_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_path, gsm8k_alpaca, request):
+def test_other_example_trains_on_cpu_with_the_family_tokenizer(
+    example_id, tmp_path, gsm8k_alpaca, request, monkeypatch
+):
     """As test_example_trains_on_cpu_with_the_family_tokenizer, on a tiny model of the family's own architecture
-    (Qwen3ForCausalLM; Gemma3ForConditionalGeneration, model type gemma3 as the 12B checkpoint) carrying the family's
-    real tokenizer; the CCE fork's forward replaced by its CPU copy on that class."""
+    (Qwen3ForCausalLM; Gemma3ForConditionalGeneration, model type gemma3 as the 12B checkpoint; LlamaForCausalLM
+    for Llama-3.1) carrying the family's real tokenizer; the CCE fork's forward replaced by its CPU copy on that
+    class. ``digit_targets`` of every step is the number of digit characters in that step's targets (Llama-3's
+    number tokens counted digit by digit)."""
     import bitsandbytes as bnb
     from transformers.models.gemma3 import modeling_gemma3
+    from transformers.models.llama import modeling_llama
     from transformers.models.qwen3 import modeling_qwen3
 
     from del_plugin.assets import load_tokenizer, tiny_model_dir
@@ -693,9 +811,11 @@ def test_other_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_p
     shipped = load_example(example_id)
     if family.model_type == "gemma3":
         model_dir = request.getfixturevalue("tiny_gemma3_wrapper")
+    elif family.model_type == "llama":
+        model_dir = request.getfixturevalue("tiny_llama3_instruct")
     else:
         model_dir = tiny_model_dir(family.tokenizer)
-    causal_lm = {"qwen3": modeling_qwen3, "gemma3": modeling_gemma3}[family.model_type]
+    causal_lm = {"qwen3": modeling_qwen3, "gemma3": modeling_gemma3, "llama": modeling_llama}[family.model_type]
     causal_lm = getattr(causal_lm, family.causal_lm)
 
     cfg = load_example(example_id)
@@ -714,6 +834,7 @@ def test_other_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_p
 
     before = CALLS["cce_style_forward"]
     saved = causal_lm.__dict__["forward"]
+    recorded = StepLabels().install(monkeypatch)
     with restored_forwards():
         causal_lm.forward = cce_style_forward  # as the fork's patch for this model type does
         try:
@@ -729,8 +850,13 @@ def test_other_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_p
 
     tokenizer = load_tokenizer(family.tokenizer)
     assert list(trainer.del_vocab.family_token_ids[0]) == tokenizer.convert_tokens_to_ids(list("0123456789"))
-    if tokenizer.bos_token_id is not None:  # Gemma: every row starts with <bos> (Qwen's tokenizer adds none)
+    assert trainer.del_vocab.max_digits == family.max_digits
+    if tokenizer.bos_token_id is not None:  # Gemma, Llama-3: every row starts with it (Qwen's tokenizer adds none)
         assert {row[0] for row in trainer.train_dataset["input_ids"]} == {tokenizer.bos_token_id}
+    if family.chat_template is not None:  # an answer ends in the chat format's end of turn, trained
+        eot = tokenizer.convert_tokens_to_ids("<|eot_id|>")
+        whole = [row for row in trainer.train_dataset["labels"] if len(row) < CPU_OVERRIDES["sequence_len"]]
+        assert whole and {row[-1] for row in whole} == {eot}  # (rows cut at sequence_len lose it)
 
     logs = train_logs(trainer)
     assert len(logs) == CPU_OVERRIDES["max_steps"]
@@ -742,6 +868,9 @@ def test_other_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_p
         assert 0 < log["digit_entropy"] <= math.log(10) + 1e-6
         assert log["del_loss"] == pytest.approx(shipped["del_alpha"] * log["del_l_num"], rel=1e-3)
         assert log["ce_loss"] + log["del_loss"] == pytest.approx(log["loss"], rel=1e-5)
+    # digit slots: one per digit of every target number token (Llama-3's '123' holds three)
+    assert [log["digit_targets"] for log in logs] == recorded.digit_characters(tokenizer)
+    assert recorded.longest_number_token(tokenizer) == family.max_digits
 
     # 4-bit NF4 with double quantisation under the adapter, the adapter where the YAML puts it and nowhere else
     quantized = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]

@@ -1,4 +1,5 @@
-"""The plugin inside real, in-process Axolotl runs on CPU with a tiny local model and the Llama-2 tokenizer."""
+"""The plugin inside real, in-process Axolotl runs on CPU with a tiny local model and the Llama-2 tokenizer; the last
+three with Llama-3's tokenizer, which cuts numbers into tokens of 1-3 digits (DEL counts one slot per digit)."""
 
 from __future__ import annotations
 
@@ -144,3 +145,96 @@ def per_micro_batch_samples(self, epoch_iterator, num_batches, device):
     samples, num_items = super(DELTrainer, self).get_batch_samples(epoch_iterator, num_batches, device)
     self.del_metrics.step_digits = None  # each micro-batch falls back to its own digit mean
     return samples, num_items
+
+
+# ------------------------------------------------------------------ Llama-3's tokenizer: numbers in 1-3-digit tokens
+@pytest.fixture(scope="module")
+def llama3_model_dir():
+    """A tiny random Llama (hidden 64, 2 layers) with Llama-3's real tokenizer (``llama-bpe``: 128,256 tokens, every
+    1-, 2- and 3-digit string one of them, numbers cut into chunks of up to three digits)."""
+    return tiny_model_dir("llama-bpe")
+
+
+@pytest.fixture(scope="module")
+def llama3_tokenizer(llama3_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(llama3_model_dir))
+
+
+def assert_slots_counted(trainer, logs, recorded, tokenizer) -> None:
+    """Every DEL metric of every step logged and finite, the parts adding up to the loss, DEL weighted by the run's
+    del_alpha, and ``digit_targets`` the digit characters the step's targets hold (number tokens counted digit by
+    digit), with targets of two and three digits among them."""
+    import math
+
+    assert trainer.del_vocab.max_digits == 3 and len(trainer.del_vocab.number_row_ids) == 1110
+    assert len(recorded.steps) == len(logs)
+    for log in logs:
+        assert_parts_logged(log)
+        for key in ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets"):
+            assert math.isfinite(log[key]), (key, log)
+        assert log["del_loss"] == pytest.approx(trainer.del_settings.alpha * log["del_l_num"], rel=1e-5)
+    assert [log["digit_targets"] for log in logs] == recorded.digit_characters(tokenizer)
+    assert recorded.longest_number_token(tokenizer) == 3
+
+
+def test_llama3_tokenizer_plain_ce_counts_digit_slots(tmp_path, llama3_model_dir, llama3_tokenizer, monkeypatch):
+    from axolotl_helpers import StepLabels
+
+    recorded = StepLabels().install(monkeypatch)
+    trainer = run_axolotl(cpu_config(tmp_path, llama3_model_dir, dataset_rows(tmp_path, 16), max_steps=3))
+    assert isinstance(trainer, DELTrainer)
+    logs = train_logs(trainer)
+    assert len(logs) == 3
+    assert_slots_counted(trainer, logs, recorded, llama3_tokenizer)
+
+
+@pytest.mark.interpreter
+def test_llama3_tokenizer_liger_flce_gives_the_plain_ce_metrics(tmp_path, llama3_model_dir):
+    """Liger's fused linear cross-entropy (its real kernels under Triton's interpreter, tests/fused_kernels.py) and
+    plain cross-entropy, same seed: every DEL metric the same in training and evaluation, as
+    tests/test_fused_losses.py checks for the Llama-2 tokenizer."""
+    from test_fused_losses import LIGER, assert_logs_match, run_logged
+    from transformers import LlamaForCausalLM
+
+    from fused_kernels import CALLS, liger_on_cpu, restored_forwards
+
+    data = (llama3_model_dir, dataset_rows(tmp_path, 16))
+    runs = {"plain": run_logged(tmp_path / "plain", data)}
+    before = CALLS["liger_cross_entropy_kernel"]
+    with restored_forwards(), liger_on_cpu():
+        runs["liger_flce"] = run_logged(
+            tmp_path / "liger", data, plugins=[LIGER, "del_plugin.DELPlugin"], liger_fused_linear_cross_entropy=True
+        )
+        patched = LlamaForCausalLM.forward.__module__
+    assert CALLS["liger_cross_entropy_kernel"] > before  # Liger's loss ran, not transformers'
+    assert patched == "liger_kernel.transformers.model.llama"
+    assert_logs_match(runs)
+
+
+def test_llama3_tokenizer_sample_packing(tmp_path, llama3_model_dir, llama3_tokenizer, monkeypatch):
+    from axolotl.utils.collators import V2BatchSamplerDataCollatorForSeq2Seq
+
+    from axolotl_helpers import StepLabels
+
+    recorded = StepLabels().install(monkeypatch)
+    cfg = cpu_config(
+        tmp_path,
+        llama3_model_dir,
+        dataset_rows(tmp_path, 24),
+        sample_packing=True,
+        eval_sample_packing=False,
+        sequence_len=512,
+        micro_batch_size=1,
+        max_steps=3,
+    )
+    trainer = run_axolotl(cfg)
+    assert isinstance(trainer.data_collator.collator, V2BatchSamplerDataCollatorForSeq2Seq)
+    logs = train_logs(trainer)
+    assert len(logs) == 3
+    assert_slots_counted(trainer, logs, recorded, llama3_tokenizer)
+
+
+def dataset_rows(tmp_path, n: int):
+    return write_alpaca_jsonl(tmp_path / "data" / f"train-{n}.jsonl", gsm8k_rows(n))

@@ -268,7 +268,8 @@ class _DELValidators(BaseModel):
 
     @model_validator(mode="after")
     def check_tokenizer_digits(self):
-        """Refuse a tokenizer without single-digit tokens now, not after the model is loaded."""
+        """Refuse a tokenizer whose digits DEL cannot read (no digit tokens, incomplete number tokens) now, not after
+        the model is loaded."""
         if not plugin_enabled(self):
             return self
         source = getattr(self, "tokenizer_config", None) or getattr(self, "base_model", None)

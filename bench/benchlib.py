@@ -139,8 +139,11 @@ def machine_info() -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------- memory
-def _profiled_allocations(fn: Callable[[], object]) -> list[int]:
-    """Sizes (bytes, negative for frees) of the torch CPU allocation events while ``fn`` runs, in time order."""
+def _profiled_allocations(fn: Callable[[], object]) -> list[tuple[int, int, str]]:
+    """``(size, address, where)`` of the torch CPU allocation events while ``fn`` runs, in time order: sizes in
+    bytes, negative for frees (a free names the address of its allocation; the profiler's allocation ids are not
+    always set on frees); ``where`` the ops around the event, outermost first
+    (``"autograd::engine::evaluate_function: MmBackward0 > MmBackward0 > aten::mm"``)."""
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
@@ -153,14 +156,15 @@ def _profiled_allocations(fn: Callable[[], object]) -> list[int]:
         with quiet_native_stderr():
             prof.stop()
     events = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    stack = [(node, ()) for node in prof.profiler.kineto_results.experimental_event_tree()]
     while stack:
-        node = stack.pop()
+        node, around = stack.pop()
         if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
-            events.append((node.start_time_ns, node.extra_fields.id, node.extra_fields.alloc_size))
-        stack.extend(node.children)
-    events.sort(key=lambda e: (e[0], e[1]))
-    return [size for _, _, size in events]
+            fields = node.extra_fields
+            events.append((node.start_time_ns, fields.id, fields.ptr, fields.alloc_size, " > ".join(around)))
+        stack.extend((child, around + (node.name,)) for child in node.children)
+    events.sort(key=lambda e: (e[0], e[1] if e[1] is not None else -1))
+    return [(size, ptr, where) for _, _, ptr, size, where in events]
 
 
 @contextlib.contextmanager
@@ -189,6 +193,23 @@ def peak_live_bytes(fn: Callable[[], object], device: torch.device) -> int:
 def peak_and_allocations(fn: Callable[[], object], device: torch.device) -> tuple[int, list[int]]:
     """(:func:`peak_live_bytes` of ``fn()``, the sizes of the allocations it made, in order). On CUDA the sizes are
     not recorded (an empty list)."""
+    profile = memory_profile(fn, device)
+    return profile.peak, profile.sizes
+
+
+@dataclass
+class MemoryProfile:
+    """What :func:`memory_profile` saw: the peak of live bytes (above those live at the start), the size of every
+    allocation in order, and the allocations live at the (first) peak as ``(bytes, where)``, largest first (CPU
+    only; on CUDA only the peak)."""
+
+    peak: int
+    sizes: list[int]
+    live_at_peak: list[tuple[int, str]]
+
+
+def memory_profile(fn: Callable[[], object], device: torch.device) -> MemoryProfile:
+    """:func:`peak_live_bytes` with the allocations behind it (:class:`MemoryProfile`)."""
     if device.type == "cuda":
         gc.collect()
         torch.cuda.synchronize(device)
@@ -196,16 +217,48 @@ def peak_and_allocations(fn: Callable[[], object], device: torch.device) -> tupl
         torch.cuda.reset_peak_memory_stats(device)
         fn()
         torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device) - base, []
+        return MemoryProfile(torch.cuda.max_memory_allocated(device) - base, [], [])
     gc.collect()
+    events = _profiled_allocations(fn)
     live = peak = 0
+    peak_at = -1
     sizes = []
-    for size in _profiled_allocations(fn):
+    for i, (size, _, _) in enumerate(events):
         live += size
-        peak = max(peak, live)
+        if live > peak:
+            peak, peak_at = live, i
         if size > 0:
             sizes.append(size)
-    return peak, sizes
+    alive: dict[int, tuple[int, str]] = {}  # address -> allocation, in time order (an address is reused after free)
+    for size, ptr, where in events[: peak_at + 1]:
+        if size > 0:
+            alive[ptr] = (size, where)
+        else:
+            alive.pop(ptr, None)  # absent: a tensor from before fn, never counted
+    return MemoryProfile(peak, sizes, sorted(alive.values(), key=lambda a: -a[0]))
+
+
+def live_difference(
+    live: list[tuple[int, str]], baseline: list[tuple[int, str]]
+) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(allocations live at ``live``'s peak and not at ``baseline``'s, the reverse), matched by size and where they
+    were made: what a method adds to its baseline's peak, when both peak at the same point of the step (the
+    second list then is empty)."""
+    from collections import Counter
+
+    a, b = Counter(live), Counter(baseline)
+    added, removed = a - b, b - a
+    order = lambda c: sorted(c.elements(), key=lambda x: (-x[0], x[1]))  # noqa: E731
+    return order(added), order(removed)
+
+
+def summarize_live(live: list[tuple[int, str]], top: int = 12) -> list[dict]:
+    """The ``top`` largest of :attr:`MemoryProfile.live_at_peak`, then the rest summed as one entry."""
+    out = [{"bytes": size, "where": where} for size, where in live[:top]]
+    rest = live[top:]
+    if rest:
+        out.append({"bytes": sum(s for s, _ in rest), "where": f"{len(rest)} smaller allocations"})
+    return out
 
 
 def _rss_high_water_bytes() -> tuple[int, int]:

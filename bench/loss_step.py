@@ -31,8 +31,11 @@ gradient, is the logits API's row.)
 The "term only" rows time the digit term alone (no CE, frozen head), DEL from the hidden states at every shape:
 its absolute cost, far below the run-to-run noise of a whole step, so the most precise measure of what DEL adds;
 at the smallest shape also the plugin's other digit criteria and the naive term from a logits leaf. Labels are
-synthetic: words (random non-digit ids of the real tokenizer) and numbers of 1-6 digits, a fifth with 1-3
-decimals, at the requested share of digit targets.
+synthetic by default: words (random non-digit ids of the real tokenizer) and numbers of 1-6 digits, a fifth with
+1-3 decimals, at the requested share of digit targets. ``--labels gsm8k`` takes real text instead: GSM8K train
+solutions tokenised with the case's tokenizer, packed back to back (:func:`gsm8k_labels`), which is what a
+tokenizer with number tokens (Llama-3's '123', ``--tokenizer llama-bpe``) needs, since its numbers are cut by the
+tokenizer itself; ``bench/number_tokens.py`` runs it at Llama-3-8B's shape.
 
 Run ``python bench/loss_step.py --help``; ``bench/run_all.py`` runs it with the defaults and writes
 ``bench/results/loss_step.json``.
@@ -68,10 +71,11 @@ SEQ_LEN = 2048
 # weighs even less. A small H is therefore the stricter case, and it keeps the benchmark inside its CPU budget.
 DEFAULT_HIDDEN = 128
 # vocabulary size -> the tokenizer of models with that many logits (Llama-2/Mistral; Qwen2/2.5)
-TOKENIZER_FOR_VOCAB = {32_000: "llama-spm", 151_936: "qwen2"}
+TOKENIZER_FOR_VOCAB = {32_000: "llama-spm", 128_256: "llama-bpe", 151_936: "qwen2"}
 DEFAULT_SHAPES = ["2048x32000", "8192x32000", "2048x151936"]
 DEFAULT_FRACTION = 0.3
 CE_KINDS = ("plain", "chunked")
+LABELS = ("synthetic", "gsm8k")
 HEADS = ("frozen", "trainable")
 
 
@@ -95,6 +99,35 @@ def synthetic_labels(
                 digits += sum(1 for t in number if t != dot_id)
             # at least one word after every number keeps numbers apart
             row.extend(word_ids[rng.randrange(len(word_ids))].item() for _ in range(rng.randint(1, 3)))
+        rows.append(row[:length])
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def gsm8k_labels(tokenizer, batch: int, length: int) -> torch.Tensor:
+    """``[batch, length]`` labels of GSM8K train problems as sample packing lays them out: each problem's Alpaca
+    prompt masked with -100, its solution + EOS the targets (``bench/collation.py``'s ``tokenize``, the format
+    Axolotl's ``type: alpaca`` gives), problems in file order, back to back; a row ends with the problem that
+    does not fit, cut, and the next row starts with the next problem. The share of digit and number-token targets
+    is the data's, whatever the tokenizer."""
+    import collation
+
+    from del_plugin.assets import gsm8k_rows
+
+    need = batch * length
+    wanted = max(16, need // 100)
+    while True:
+        features = collation.tokenize(gsm8k_rows(wanted), tokenizer, length)
+        if sum(len(f["labels"]) for f in features) >= need + length or len(features) < wanted:
+            break
+        wanted *= 2
+    rows, k = [], 0
+    for _ in range(batch):
+        row: list[int] = []
+        while len(row) < length:
+            if k == len(features):
+                raise ValueError(f"GSM8K has too few problems for {batch} x {length} labels")
+            row.extend(features[k]["labels"])
+            k += 1
         rows.append(row[:length])
     return torch.tensor(rows, dtype=torch.long)
 
@@ -228,7 +261,13 @@ class Case:
         # what NumberSpanCollator and DELTrainer.get_batch_samples hand to the step (computed off the step)
         self.places = next_token_places(labels, vocab).to(hidden.device)
         self.num_items = (self.aligned != -100).sum()
-        self.n_digits = (self.places != NOT_A_DIGIT).sum()
+        is_digit = self.places != NOT_A_DIGIT
+        self.n_digits = is_digit.sum()  # digit targets; with number tokens, digit slots
+        # targets by the digits they hold (index 0: no digit), and the targets that are number tokens
+        per_target = is_digit.sum(-1) if is_digit.dim() == 3 else is_digit.long()
+        self.targets_by_digits = torch.bincount(
+            per_target[self.aligned != -100].reshape(-1), minlength=vocab.max_digits + 1
+        ).tolist()
         self.vocab, self.digit_ids, self.dot_id = vocab, digit_ids, dot_id
         self.ce_losses = ce_losses
 
@@ -341,11 +380,12 @@ def parse_shape(text: str) -> tuple[int, int]:
     return tokens, vocab_size
 
 
-def estimated_need_bytes(tokens: int, vocab_size: int, hidden: int) -> int:
-    """What the hungriest method needs on the CPU: the logits and up to four more float32 buffers of their size
-    (the logits API and the naive term: CE's log-probs and gradient, a logits-sized gather gradient, their sum),
-    and the head weight with its gradient; twice that for the heap's fragmentation (see STEADY_STATE_MALLOC)."""
-    return 2 * (5 * tokens * vocab_size * 4 + 2 * vocab_size * hidden * 4)
+def estimated_need_bytes(tokens: int, vocab_size: int, hidden: int, element_size: int = 4) -> int:
+    """What the hungriest method needs on the CPU: the logits (in the step's dtype) and up to four float32 buffers
+    of their size (the logits API and the naive term: CE's log-probs and gradient, a logits-sized gather gradient,
+    their sum), and the head weight with its gradient; twice that for the heap's fragmentation (see
+    STEADY_STATE_MALLOC)."""
+    return 2 * (tokens * vocab_size * (element_size + 4 * 4) + 2 * vocab_size * hidden * element_size)
 
 
 def run(args) -> dict:
@@ -364,7 +404,8 @@ def run(args) -> dict:
         "seq_len": SEQ_LEN,
         "hidden_size": args.hidden,
         "dtype": args.dtype,
-        "digit_fraction": args.fraction,
+        "digit_fraction": args.fraction if args.labels == "synthetic" else None,
+        "labels": args.labels,
         "cases": [],
         "skipped": [],
     }
@@ -375,27 +416,35 @@ def run(args) -> dict:
     for tokens, vocab_size in args.shapes:
         tok_name = args.tokenizer or TOKENIZER_FOR_VOCAB.get(vocab_size, "llama-spm")
         tokenizer = load_tokenizer(tok_name)
-        if len(tokenizer) > vocab_size:
-            raise ValueError(f"{tok_name} has {len(tokenizer)} tokens, more than the {vocab_size} logits")
         vocab = DigitVocab.from_tokenizer(tokenizer, name=tok_name)
         digit_ids = list(vocab.family_token_ids[0])
         available = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else benchlib.mem_available_bytes()
-        need = estimated_need_bytes(tokens, vocab_size, args.hidden)
+        need = estimated_need_bytes(tokens, vocab_size, args.hidden, torch.empty((), dtype=dtype).element_size())
         if device.type == "cpu" and available is not None and need > args.max_memory_fraction * available:
             reason = (
-                f"needs ~{need / 2**30:.0f} GiB (five float32 buffers of {tokens:,} x {vocab_size:,}, "
-                "fragmented), "
+                f"needs ~{need / 2**30:.0f} GiB (the logits and four float32 buffers of {tokens:,} x "
+                f"{vocab_size:,}, fragmented), "
                 f"{available / 2**30:.0f} GiB of RAM available"
             )
             results["skipped"].append({"tokens": tokens, "vocab_size": vocab_size, "reason": reason})
             tqdm.write(f"skipping {tokens}x{vocab_size}: {reason}")
             bar.update(1)
             continue
-        extras = args.extras_all_shapes or (tokens, vocab_size) == smallest
-        words = word_token_ids(tokenizer, digit_ids, vocab.decimal_point_id)
-        labels = synthetic_labels(
-            tokens // SEQ_LEN, SEQ_LEN, digit_ids, vocab.decimal_point_id, words, args.fraction, seed=1
-        )
+        # the naive reference reads single digits only
+        extras = (args.extras_all_shapes or (tokens, vocab_size) == smallest) and not args.no_extras
+        extras = extras and vocab.max_digits == 1
+        if args.labels == "gsm8k":
+            labels = gsm8k_labels(tokenizer, tokens // SEQ_LEN, SEQ_LEN)
+        else:
+            words = word_token_ids(tokenizer, digit_ids, vocab.decimal_point_id)
+            labels = synthetic_labels(
+                tokens // SEQ_LEN, SEQ_LEN, digit_ids, vocab.decimal_point_id, words, args.fraction, seed=1
+            )
+        # the model's vocabulary can be smaller than the tokenizer's (Llama-3: 128,256 logits, and the GGUF
+        # tokenizer's 128,257th token '<|endoftext|>'): what must fit are the ids the step reads
+        largest = max(int(labels.max()), max(vocab.number_row_ids))
+        if largest >= vocab_size:
+            raise ValueError(f"{tok_name}: token id {largest} (a label or a digit row) is outside {vocab_size} logits")
         gen = torch.Generator().manual_seed(0)
         # logits h . W^T of standard deviation ~2, as in the previous logits benchmark
         hidden = torch.randn(tokens, args.hidden, generator=gen).to(device, dtype)
@@ -419,12 +468,14 @@ def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras,
     bar.set_postfix_str(f"{label} compiling the chunked CE")
     fns[method_name("chunked", "frozen", "ce")]()
     case.clear_grad()
-    memory, head_sized, values = {}, {}, {}
+    memory, head_sized, values, live = {}, {}, {}, {}
     # first run of each method, profiled for its memory: also the first warm-up (caches, heap growth)
     for name, fn in fns.items():
         bar.set_postfix_str(f"{label} memory {name}")
         box = {}
-        memory[name], sizes = benchlib.peak_and_allocations(lambda box=box, fn=fn: box.setdefault("v", fn()), device)
+        profile = benchlib.memory_profile(lambda box=box, fn=fn: box.setdefault("v", fn()), device)
+        memory[name], sizes = profile.peak, profile.sizes
+        live[name] = profile.live_at_peak
         head_sized[name] = sum(1 for s in sizes if s == head_bytes) if device.type == "cpu" else None
         values[name] = float(box["v"])
         case.clear_grad()
@@ -462,6 +513,10 @@ def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras,
             "memory_ratio": memory[name] / memory[baseline],
             "extra_peak_bytes": memory[name] - memory[baseline],
             "head_sized_allocations": head_sized[name],
+            # what is live at the peak (CPU): the largest allocations and where they were made; beside CE, the
+            # ones this method adds to CE's peak (and CE's that are not live at this one's: the peak moved)
+            "live_at_peak": benchlib.summarize_live(live[name]),
+            **extra_live(live[name], live[baseline], name == baseline),
             "value": values[name],
             "wall_s": timings.wall[name],
             "cpu_s": timings.cpu[name],
@@ -473,6 +528,10 @@ def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras,
         "hidden_size": case.hidden.shape[-1],
         "tokenizer": tok_name,
         "digit_share_measured": round(float(case.n_digits) / float(case.num_items), 4),
+        "max_token_digits": case.vocab.max_digits,
+        "label_targets": int(case.num_items),
+        "digit_targets": int(case.n_digits),
+        "targets_by_digits": case.targets_by_digits,
         "rounds": rounds,
         "logits_bytes": tokens * vocab_size * case.hidden.element_size(),
         "head_bytes": head_bytes,
@@ -483,8 +542,19 @@ def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras,
     return out
 
 
+def extra_live(live: list, baseline: list, is_baseline: bool) -> dict:
+    if is_baseline:
+        return {}
+    added, removed = benchlib.live_difference(live, baseline)
+    return {
+        "extra_live_at_peak": benchlib.summarize_live(added, top=20),
+        "baseline_live_not_at_peak": benchlib.summarize_live(removed, top=5),
+    }
+
+
 def check_same_terms(values: dict[str, float], label: str) -> None:
-    """CE + DEL minus CE, for every kernel and head, and the logits-fed DEL terms must agree."""
+    """CE + DEL minus CE, for every kernel and head, and the logits-fed DEL terms must agree (to 1e-3; the logits
+    API on bfloat16 logits differed from DEL's float32 product by 1.6e-4 at 2,048 x 128,256, H 4,096)."""
     terms = {}
     for name, value in values.items():
         kind, rest = name.split(" CE, ", 1)
@@ -509,11 +579,12 @@ def term_only(case: Case, label: str, bar, rounds: int, extras: bool) -> dict:
             logits_leaf.grad = None
 
     fns = case.term_fns(logits_leaf)
-    memory, values = {}, {}
+    memory, values, live, allocated = {}, {}, {}, {}
     for name, fn in fns.items():
         bar.set_postfix_str(f"{label} term only, memory {name}")
         box = {}
-        memory[name] = benchlib.peak_live_bytes(lambda box=box, fn=fn: box.setdefault("v", fn()), case.hidden.device)
+        profile = benchlib.memory_profile(lambda box=box, fn=fn: box.setdefault("v", fn()), case.hidden.device)
+        memory[name], live[name], allocated[name] = profile.peak, profile.live_at_peak, sum(profile.sizes)
         values[name] = float(box["v"])
         clear()
     naive = values.get("naive (from logits)", values["del"])
@@ -533,6 +604,8 @@ def term_only(case: Case, label: str, bar, rounds: int, extras: bool) -> dict:
             "median_cpu_s": timings.median(name, "cpu"),
             "median_user_s": timings.median(name, "user"),
             "peak_bytes": memory[name],
+            "allocated_bytes": allocated[name],
+            "live_at_peak": benchlib.summarize_live(live[name]),
             "value": values[name],
         }
         for name in fns
@@ -793,6 +866,19 @@ def main(argv: list[str] | None = None) -> dict:
         "small op wait for a time slice; 0 = torch's default)",
     )
     parser.add_argument("--tokenizer", default=None, help="one tokenizer for every shape (default: by vocabulary)")
+    parser.add_argument(
+        "--labels",
+        choices=LABELS,
+        default="synthetic",
+        help="synthetic words and numbers at --fraction digits (default), or GSM8K train solutions tokenised with "
+        "the tokenizer, packed (the data's own share of digits; needed for number tokens)",
+    )
+    parser.add_argument(
+        "--no-extras",
+        action="store_true",
+        help="no naive comparison and no other criteria's term-only rows, even at the smallest shape (they are "
+        "never run with number tokens: the naive reference reads single digits)",
+    )
     parser.add_argument(
         "--extras-all-shapes",
         action="store_true",

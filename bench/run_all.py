@@ -1,5 +1,8 @@
 """Run every benchmark (``make bench``): loss step, collation, training step; results in ``bench/results/``.
 
+``--only number_tokens`` also runs (or only runs) ``bench/number_tokens.py``, Llama-3's number tokens at
+Llama-3-8B's LM head (~15 min of CPU; not in the default set).
+
 Each benchmark runs in its own process (fresh allocator and autograd state), one after the other, so they never
 compete for the cores. Writes ``bench/results/<name>.json`` and ``.md`` per benchmark and ``summary.md`` with
 every table, the machine and the load before and after. Options after ``--`` are not used; pass ``--quick`` for
@@ -32,7 +35,9 @@ QUICK = {
     "loss_step": ["--shapes", "2048x32000", "--rounds", "2"],
     "collation": ["--samples", "256", "--passes", "1"],
     "train_step": ["--rounds", "1", "--steps-per-call", "4", "--samples", "64"],
+    "number_tokens": ["--hidden", "256", "--rounds", "1"],
 }
+DEFAULT = ["loss_step", "collation", "train_step"]
 
 
 def uptime() -> str:
@@ -47,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=["loss_step", "collation", "train_step"],
-        default=["loss_step", "collation", "train_step"],
+        choices=DEFAULT + ["number_tokens"],
+        default=DEFAULT,
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: small shapes, few rounds")
     parser.add_argument("--out-dir", type=Path, default=benchlib.RESULTS_DIR)

@@ -145,3 +145,80 @@ def test_del_on_float32_hidden_states_allocates_one_hidden_sized_buffer(llama_ca
     _, sizes = benchlib.peak_and_allocations(fn, torch.device("cpu"))
     case.clear_grad()
     assert sizes.count(hidden_bytes) == 1, sizes
+
+
+def test_memory_profile_names_what_is_live_at_the_peak():
+    """The allocations live at the peak sum to the peak, and the difference of two profiles is what one adds."""
+    cpu = torch.device("cpu")
+
+    def pattern(extra: bool):
+        a = torch.empty(4 * 2**20, dtype=torch.uint8)
+        b = torch.ones(2 * 2**20, dtype=torch.uint8) if extra else None
+        c = torch.empty(3 * 2**20, dtype=torch.uint8)
+        del a, c
+        d = torch.empty(1 * 2**20, dtype=torch.uint8)  # after the peak
+        del b, d
+
+    base = benchlib.memory_profile(lambda: pattern(False), cpu)
+    more = benchlib.memory_profile(lambda: pattern(True), cpu)
+    assert (base.peak, more.peak) == (7 * 2**20, 9 * 2**20)
+    assert sum(s for s, _ in more.live_at_peak) == more.peak
+    assert [s for s, _ in more.live_at_peak] == [4 * 2**20, 3 * 2**20, 2 * 2**20]
+    added, removed = benchlib.live_difference(more.live_at_peak, base.live_at_peak)
+    assert [s for s, _ in added] == [2 * 2**20] and "aten::ones" in added[0][1] and removed == []
+    assert benchlib.summarize_live(more.live_at_peak, top=1)[1] == {
+        "bytes": 5 * 2**20,
+        "where": "2 smaller allocations",
+    }
+
+
+@pytest.fixture(scope="module")
+def number_token_cases():
+    """Llama-3's tokenizer (number tokens of 1-3 digits) and Llama-2's (single digits) on the same GSM8K text, at
+    V = 128,256 as in bench/number_tokens.py, with a tiny hidden size."""
+    import loss_step
+
+    from del_plugin.assets import load_tokenizer
+    from del_plugin.core import DigitVocab
+
+    cases = {}
+    for name in ("llama-bpe", "llama-spm"):
+        tokenizer = load_tokenizer(name)
+        vocab = DigitVocab.from_tokenizer(tokenizer, name=name)
+        labels = loss_step.gsm8k_labels(tokenizer, 2, 128)
+        gen = torch.Generator().manual_seed(0)
+        hidden = torch.randn(256, 16, generator=gen)
+        weight = torch.randn(128_256, 16, generator=gen) * 0.5
+        ce_losses = {"plain": loss_step.plain_ce_loss(), "chunked": loss_step.plain_ce_loss()}
+        digit_ids = list(vocab.family_token_ids[0])
+        cases[name] = loss_step.Case(hidden, weight, labels, vocab, digit_ids, vocab.decimal_point_id, ce_losses)
+    return loss_step, cases
+
+
+def test_gsm8k_labels_hold_number_tokens_of_every_length(number_token_cases):
+    _, cases = number_token_cases
+    bpe, spm = cases["llama-bpe"], cases["llama-spm"]
+    assert bpe.labels.shape == (2, 128) and (bpe.labels == -100).any()  # prompts masked
+    by = bpe.targets_by_digits
+    assert len(by) == 4 and all(n > 0 for n in by)  # targets of 0 (words), 1, 2 and 3 digits
+    assert int(bpe.n_digits) == by[1] + 2 * by[2] + 3 * by[3]  # one slot per digit
+    assert len(spm.targets_by_digits) == 2 and int(spm.n_digits) == spm.targets_by_digits[1] > 0
+
+
+def test_number_token_bench_end_to_end(number_token_cases):
+    """One round of every method with number tokens through loss_step.bench_case (the single-digit path is the
+    other tests'), then number_tokens' targets and tables: the same DEL term every way (checked inside), and no
+    [V, H]-sized allocation beside a trainable head."""
+    import number_tokens
+    from tqdm import tqdm
+
+    loss_step, cases = number_token_cases
+    case = cases["llama-bpe"]
+    out = loss_step.bench_case(case, 256, 128_256, "llama-bpe", torch.device("cpu"), 1, False, None, tqdm(disable=True))
+    case.clear_grad()
+    results = {"dtype": "float32", "cases": [out], "skipped": []}
+    targets = number_tokens.targets(results)
+    assert targets["no_extra_head_sized_allocation"] is True and targets["llama-bpe_memory_le_1.02"]
+    assert out["methods"][loss_step.method_name("plain", "frozen", "ce+del")]["extra_peak_bytes"] > 0
+    text = number_tokens.tables(results)
+    assert "| llama-bpe | plain | trainable |" in text and "_HiddenNumberLogits" in text

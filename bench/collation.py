@@ -119,13 +119,15 @@ def run(args) -> dict:
 
     from del_plugin.assets import gsm8k_rows, load_tokenizer
     from del_plugin.collator import NumberSpanCollator
-    from del_plugin.core import DigitVocab
+    from del_plugin.core import DigitVocab, number_places
+    from del_plugin.core.places import NOT_A_DIGIT
 
     torch.set_num_threads(1)
     tokenizer = load_tokenizer(args.tokenizer)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=args.tokenizer)
     features = tokenize(gsm8k_rows(args.samples), tokenizer, args.sequence_len)
-    digit_targets = sum(int((vocab.classify(torch.tensor(f["labels"]))[0] >= 0).sum()) for f in features)
+    # digits, not tokens: a number token of m digits ('123', Llama-3) is m digit targets
+    digit_targets = sum(int((number_places(torch.tensor(f["labels"]), vocab) != NOT_A_DIGIT).sum()) for f in features)
     label_targets = sum(sum(1 for t in f["labels"] if t != -100) for f in features)
 
     padded_batches = [
@@ -205,7 +207,7 @@ def tables(results: dict) -> str:
         rows,
     ) + (
         f"\n\n{results['samples']:,} GSM8K train problems, {results['tokenizer']}; "
-        f"{results['digit_share_of_targets']:.1%} of the label targets are digits.\n"
+        f"{results['digit_targets']:,} digits among {results['label_targets']:,} label targets.\n"
     )
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .bounds import Bound
-from .vocab import KIND_DIGIT, KIND_FRESH, KIND_POINT, DigitVocab
+from .vocab import KIND_DIGIT, KIND_FRESH, KIND_POINT, MAX_TOKEN_DIGITS, DigitVocab
 
 __all__ = [
     "NOT_A_DIGIT",
@@ -148,6 +148,20 @@ _COUNTED_PAIR_CLASSES = _PAIR_CLASSES.take((lambda i: (i & 7) | (((i >> 8) & 7) 
 _COUNTED_PAIR_CLASSES.flags.writeable = False
 _COUNT_OF_KIND = np.arange(256, dtype=np.int64) >> _COUNT_SHIFT
 _COUNT_OF_KIND.flags.writeable = False
+
+
+def _slot_index(slots: int) -> np.ndarray:
+    """Row m < slots: the slot offsets 0 .. m - 1 of an m-digit token, then an index past any array (clipped to
+    the spare last entry); row ``slots``: 0 .. slots - 1."""
+    table = np.full((slots + 1, slots), np.iinfo(np.int64).max // 4, dtype=np.int64)
+    for m in range(slots + 1):
+        table[m, :m] = np.arange(m)
+    table[slots] = np.arange(slots)
+    table.flags.writeable = False
+    return table
+
+
+_SLOT_INDEX = {m: _slot_index(m) for m in range(2, MAX_TOKEN_DIGITS + 1)}
 _PAIR = np.dtype("<u2")
 # By class: 1 for an opening, and -1 for an integer one (lookups instead of arithmetic: the NumPy path then
 # needs no other arithmetic than int64 subtraction, and each kind of operation costs the collator ~10-30 us)
@@ -238,10 +252,11 @@ def _slot_places_numpy(
     # one past the anchor, in digits: the part's end for an integer part, its first digit for a decimal part
     anchor = start.take(bounds.take(np.arange(len(first)) - _MINUS_INTEGER.take(token_cls.take(first))))
     base = anchor.repeat(after - first) - start[:-1] - 1  # the place of each token's first digit
-    slot = np.arange(slots)
-    place = np.where(slot < digits[:-1, None], base[:, None] - slot, NOT_A_DIGIT)
-    out = np.full((size + 1, slots), NOT_A_DIGIT, dtype=np.int64)
-    out[token[:-1]] = place
+    # slot j of token k goes to out[token[k] * slots + j]; a slot past the token's digits to the clipped last entry
+    # of `out`, a spare one (a put with mode="clip" instead of a mask and a `where`)
+    index = (token[:-1] * slots)[:, None] + _SLOT_INDEX[slots].take(digits[:-1], axis=0)
+    out = _NOT_DIGITS.get((size + 1) * slots + 1)[: (size + 1) * slots + 1].copy()
+    out.put(index, base[:, None] - _SLOT_INDEX[slots][slots], mode="clip")
     # out[r * (T + 1) + t] holds the places of labels[r, t]; shifted by one, the last column shows the next row's 0
     view = np.ndarray(
         (batch, length, slots),

@@ -11,6 +11,7 @@ import re
 
 import pytest
 import torch
+from test_hidden import lora
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from del_plugin.core import (
@@ -257,12 +258,6 @@ def test_gradient_checkpointing(reentrant):
     if reentrant:
         model.enable_input_require_grads()
     assert_same_step(step(model, "hidden"), plain)
-
-
-def lora(model, **config):
-    from peft import LoraConfig, get_peft_model
-
-    return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, **config))
 
 
 def test_lora_on_the_head_with_dropout():

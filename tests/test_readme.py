@@ -20,19 +20,27 @@ def standalone_example() -> str:
     return match.group(1)
 
 
+def gsm8k_features(tokenizer, rows: int = 2) -> list[dict]:
+    """GSM8K problems as features: the question (masked in the labels), then the solution."""
+    from del_plugin.assets import gsm8k_rows
+
+    features = []
+    for row in gsm8k_rows(rows):
+        prompt = tokenizer(row["question"] + "\n")["input_ids"]
+        answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"]
+        features.append({"input_ids": prompt + answer, "labels": [-100] * len(prompt) + answer})
+    return features
+
+
 def test_readme_standalone_example_runs_on_a_bf16_model():
     from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq
 
-    from del_plugin.assets import gsm8k_rows, tiny_model_dir
+    from del_plugin.assets import tiny_model_dir
 
     model_dir = tiny_model_dir("llama-spm")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
-    features = []
-    for row in gsm8k_rows(2):
-        prompt = tokenizer(row["question"] + "\n")["input_ids"]
-        answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"]
-        features.append({"input_ids": prompt + answer, "labels": [-100] * len(prompt) + answer})
+    features = gsm8k_features(tokenizer)
     scope = {
         "tokenizer": tokenizer,
         "model": model,
@@ -67,17 +75,13 @@ def test_readme_standalone_example_gives_the_definitions_value_on_llama3():
     from test_multi_digit import oracle_terms
     from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq
 
-    from del_plugin.assets import gsm8k_rows, tiny_model_dir
+    from del_plugin.assets import tiny_model_dir
     from del_plugin.core.places import PlaceWeighting
 
     model_dir = tiny_model_dir("llama-bpe")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    features = []
-    for row in gsm8k_rows(2):
-        prompt = tokenizer(row["question"] + "\n")["input_ids"]
-        answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"]
-        features.append({"input_ids": prompt + answer, "labels": [-100] * len(prompt) + answer})
+    features = gsm8k_features(tokenizer)
     answers = [tokenizer.convert_ids_to_tokens([i for i in f["labels"] if i >= 0]) for f in features]
     assert any(len(t) >= 2 and t.isdigit() for tokens in answers for t in tokens)  # merged digits among the targets
     scope = {

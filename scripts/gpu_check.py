@@ -4,6 +4,7 @@ cross-entropy kernel.
     python scripts/gpu_check.py                      # ~250M-parameter Llama, 4-bit NF4; 6 runs, ~5 min on an H200
     python scripts/gpu_check.py --pairs plain,liger  # only some pairs
     python scripts/gpu_check.py --steps 20 --seq-len 2048 --micro-batch 2
+    python scripts/gpu_check.py --number-tokens --vocab 128256  # numbers in 1-3-digit tokens, as Llama-3's
 
 One pair of runs (DEL off, DEL on) per cross-entropy kernel:
 
@@ -118,6 +119,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=2000, help="synthetic training rows (default 2000)")
     parser.add_argument("--del-alpha", type=float, default=1.0)
     parser.add_argument(
+        "--number-tokens",
+        action="store_true",
+        help="a tokenizer that cuts numbers into tokens of 1-3 digits from the left, as Llama-3's (every 1-, 2- "
+        "and 3-digit string a token): DEL's number-token path",
+    )
+    parser.add_argument(
         "--pairs",
         type=parse_pairs,
         default=None,
@@ -144,28 +151,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.cpu_smoke:
         for key, value in SMOKE_SIZES.items():
             setattr(args, key, value)
+        if args.number_tokens:
+            args.vocab = 2048  # room for the 1,110 number tokens
     for key in ("steps", "seq_len", "micro_batch", "grad_accum", "hidden", "layers", "heads", "kv_heads", "rows"):
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be at least 1")
     if args.hidden % args.heads or args.heads % args.kv_heads:
         parser.error("--hidden must be a multiple of --heads, and --heads a multiple of --kv-heads")
-    if args.vocab < 128:
-        parser.error("--vocab must be at least 128 (the characters of the synthetic tokenizer)")
+    least = 128 + (len(NUMBER_STRINGS) if args.number_tokens else 0)
+    if args.vocab < least:
+        parser.error(f"--vocab must be at least {least} (the tokens of the synthetic tokenizer)")
     return args
 
 
 # ---------------------------------------------------------------------------------------------------- assets
-def build_tokenizer(vocab_size: int):
-    """One token per printable ASCII character (so every digit is its own token), padded to `vocab_size`."""
-    from tokenizers import Tokenizer, decoders, models, processors
+# every 2- and 3-digit string, the number tokens of --number-tokens (the single digits are characters already)
+NUMBER_STRINGS = [str(v).zfill(m) for m in (2, 3) for v in range(10**m)]
+
+
+def build_tokenizer(vocab_size: int, number_tokens: bool = False):
+    """One token per printable ASCII character (so every digit is its own token), padded to `vocab_size`; with
+    ``number_tokens``, digit runs are cut into tokens of 1-3 digits from the left instead ('12345' is '123' '45'),
+    as Llama-3's ``\\p{N}{1,3}`` does."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<unk>", "<s>", "</s>", "<pad>"]
     chars = ["\n"] + [chr(c) for c in range(32, 127)]
-    tokens = specials + chars
+    tokens = specials + chars + (NUMBER_STRINGS if number_tokens else [])
     tokens += [f"<unused_{i}>" for i in range(vocab_size - len(tokens))]
     vocab = {token: i for i, token in enumerate(tokens)}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))  # no merges: one token per char
+    if number_tokens:  # chunks of 1-3 digits, every other character alone: each piece is a word of the vocabulary
+        backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+        backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[0-9]{1,3}|[^0-9]"), behavior="isolated")
+    else:
+        backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))  # no merges: one token per char
     backend.decoder = decoders.Fuse()
     backend.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", vocab["<s>"])]
@@ -179,7 +199,7 @@ def build_model_dir(args: argparse.Namespace, out: Path) -> int:
     """A random Llama saved with the synthetic tokenizer; returns its parameter count."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = build_tokenizer(args.vocab)
+    tokenizer = build_tokenizer(args.vocab, args.number_tokens)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=args.hidden,

@@ -883,3 +883,24 @@ def test_other_example_trains_on_cpu_with_the_family_tokenizer(
     projections = {f"{p}_proj" for p in ("q", "k", "v", "o", "gate", "up", "down")}
     decoder = {n for n, _ in base.named_modules() if n.rsplit(".", 1)[-1] in projections and "vision" not in n}
     assert adapted == decoder and len(decoder) == 7 * base.config.get_text_config().num_hidden_layers
+
+
+def test_gpu_check_number_tokens_cut_numbers_as_llama3():
+    """--number-tokens: the synthetic tokenizer cuts digit runs into 1-3-digit tokens from the left, and DEL reads
+    it through its number tokens (the GPU run then measures that path)."""
+    import importlib.util
+
+    from del_plugin.core import DigitVocab
+
+    spec = importlib.util.spec_from_file_location("gpu_check_numbers", GPU_CHECK)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    args = gpu_check.parse_args(["--cpu-smoke", "--number-tokens"])
+    tokenizer = gpu_check.build_tokenizer(args.vocab, args.number_tokens)
+    assert tokenizer.tokenize("pay 12345678 or 3.14159") == (
+        ["p", "a", "y", " ", "123", "456", "78", " ", "o", "r", " ", "3", ".", "141", "59"]
+    )
+    assert DigitVocab.from_tokenizer(tokenizer).max_digits == 3
+    assert gpu_check.build_tokenizer(512).tokenize("12 3") == ["1", "2", " ", "3"]  # the default: single digits
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--number-tokens", "--vocab", "512"])

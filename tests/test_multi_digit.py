@@ -710,8 +710,7 @@ def test_single_digit_tokenizers_read_as_before(name):
     assert digits.logits.shape == (1, labels.shape[1], 10) and digits.mask.shape == labels.shape
 
 
-@pytest.mark.parametrize("name", ["cl100k", "o200k"])
-@pytest.mark.parametrize("criterion", ["del", "dist2"])
+@pytest.mark.parametrize("name, criterion", [("cl100k", "dist2"), ("o200k", "del")])
 def test_cl100k_and_o200k_match_the_per_slot_oracle(name, criterion):
     """The same definition on the other \\p{N}{1,3} vocabularies (Phi-4's and OLMo-2's base, gpt-oss's), whose
     number tokens sit at other ids: places per character, slot logits and the loss with its gradient."""

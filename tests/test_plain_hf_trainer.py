@@ -31,10 +31,9 @@ def test_plain_trainer_runs_and_adds_del(tmp_path):
     assert first_loss[5.0] > first_loss[0.0] + 0.1
 
 
-def first_step_gradients(tmp_path, batch_size: int, grad_accum: int, *argv: str) -> dict[str, torch.Tensor]:
+def first_step_gradients(tmp_path, batch_size: int, grad_accum: int) -> dict[str, torch.Tensor]:
     trainer = example.build_trainer(
         [
-            *argv,
             "--output-dir",
             str(tmp_path),
             "--max-steps",
@@ -81,8 +80,7 @@ def test_gradient_is_independent_of_micro_batching(tmp_path, monkeypatch):
 
 def test_llama3_number_tokens_train_and_count_every_digit(tmp_path):
     """Llama-3's tokenizer cuts numbers into 1-3-digit tokens ('1234' is '123' '4'): each digit is a slot of its
-    own, so one epoch's logged digit targets are the answers' digit characters, and the gradient is still the same
-    however the step is cut into micro-batches."""
+    own, so one epoch's logged digit targets are the answers' digit characters."""
     from del_plugin.assets import tiny_model_dir
 
     model = ["--model", str(tiny_model_dir("llama-bpe"))]
@@ -94,9 +92,3 @@ def test_llama3_number_tokens_train_and_count_every_digit(tmp_path):
         assert_parts_logged(log)
         assert log["del_loss"] > 0
     assert sum(log["digit_targets"] for log in logs) == sum(ch.isdigit() for _, a in example.EXAMPLES for ch in a)
-
-    one_by_four = first_step_gradients(tmp_path / "ga4", 1, 4, *model)
-    four_by_one = first_step_gradients(tmp_path / "ga1", 4, 1, *model)
-    assert one_by_four.keys() == four_by_one.keys()
-    for name in one_by_four:
-        torch.testing.assert_close(one_by_four[name], four_by_one[name], rtol=1e-4, atol=1e-6, msg=name)

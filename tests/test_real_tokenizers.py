@@ -16,6 +16,13 @@ from del_plugin.core import DigitVocab, number_places
 from del_plugin.core.places import NOT_A_DIGIT
 from del_plugin.core.vocab import MultiDigitTokenizerError
 
+
+@functools.cache
+def tokenizer(name: str):
+    """load_tokenizer(name), once per module: the large ones take seconds to load, and the tests only read them."""
+    return load_tokenizer(name)
+
+
 SINGLE_DIGIT = [
     "llama-spm",
     "mistral",
@@ -49,7 +56,7 @@ def answers():
 
 @pytest.mark.parametrize("name", SINGLE_DIGIT)
 def test_digit_tokens_found(name):
-    tok = load_tokenizer(name)
+    tok = tokenizer(name)
     vocab = DigitVocab.from_tokenizer(tok, name=name)
     for d in range(10):
         assert tok.convert_ids_to_tokens(vocab.family_token_ids[0][d]) == str(d)
@@ -58,7 +65,7 @@ def test_digit_tokens_found(name):
 
 @pytest.mark.parametrize("name", SINGLE_DIGIT)
 def test_places_on_real_gsm8k_answers(name, answers):
-    tok = load_tokenizer(name)
+    tok = tokenizer(name)
     vocab = DigitVocab.from_tokenizer(tok, name=name)
     checked = 0
     for text in answers + ["Pi is 3.14159, she paid $1,234.50 and .5 of 1.2.3 in 2024."]:
@@ -83,7 +90,7 @@ def test_places_on_real_gsm8k_answers(name, answers):
 def test_gpt2_number_tokens_are_refused():
     # GPT-2 merges digits into tokens of up to four digits and more, an incomplete set of them ('2000' but not
     # every four-digit string)
-    tok = load_tokenizer("gpt-2")
+    tok = tokenizer("gpt-2")
     with pytest.raises(MultiDigitTokenizerError) as err:
         DigitVocab.from_tokenizer(tok, name="gpt-2")
     message = str(err.value)
@@ -96,7 +103,7 @@ def test_gpt2_number_tokens_are_refused():
 def test_chunking_tokenizers_are_read_as_number_tokens(name):
     """Llama-3, cl100k (Phi-4, OLMo-2) and o200k (gpt-oss) cut numbers into 1-3-digit tokens: DEL reads their bare
     number tokens, every 1-, 2- and 3-digit string in value order, and single digits as its one family."""
-    tok = load_tokenizer(name)
+    tok = tokenizer(name)
     vocab = DigitVocab.from_tokenizer(tok, name=name)
     index = tok.get_vocab()
     assert vocab.max_digits == 3 and vocab.family_markers == ("",)
@@ -146,7 +153,7 @@ def texts():
 
 @pytest.mark.parametrize("name, text", [(n, t) for n, splits in SPLITS.items() for t in splits])
 def test_real_number_splits(name, text):
-    tok = load_tokenizer(name)
+    tok = tokenizer(name)
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert tok.convert_ids_to_tokens(ids) == SPLITS[name][text]
 
@@ -155,7 +162,7 @@ def test_real_number_splits(name, text):
 def test_vocabulary_has_no_multi_digit_token(name):
     """Not only the probe text: no token of the vocabulary (byte tokens and <unused>/[PAD] entries aside) holds two
     digits, so no text can be split otherwise."""
-    vocab = load_tokenizer(name).get_vocab()
+    vocab = tokenizer(name).get_vocab()
     multi = [t for t in vocab if len(re.findall(r"[0-9]", t)) >= 2 and not re.fullmatch(r"<[^<>]*>|\[[^\[\]]*\]", t)]
     assert multi == []
 
@@ -178,7 +185,7 @@ def test_rank_tokenizers_encode_as_tiktoken(name, module, texts):
     assert pattern == importlib.import_module(module).PRETOKENIZE_REGEX
     assert r"\p{N}|" in pattern and r"\p{N}{" not in pattern  # one digit per pre-token
     enc = tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials)
-    tok = load_tokenizer(name)
+    tok = tokenizer(name)
     for text in texts:
         assert tok(text, add_special_tokens=False)["input_ids"] == enc.encode_ordinary(text), text
     assert len(tok) == len(ranks) + len(specials)
@@ -189,7 +196,7 @@ def test_rank_tokenizers_encode_as_tiktoken(name, module, texts):
 def test_qwen3_is_qwen2s_vocabulary_with_its_own_special_tokens(texts):
     """Qwen3 (quicktok's qwen3.vocab) and Qwen2 (llama.cpp's Qwen2 GGUF) share every regular token id, encode text
     alike, and differ in the special tokens: Qwen3 adds <tool_response> and <think> (151665-151668)."""
-    qwen2, qwen3 = load_tokenizer("qwen2"), load_tokenizer("qwen3")
+    qwen2, qwen3 = tokenizer("qwen2"), tokenizer("qwen3")
     v2, v3 = qwen2.get_vocab(), qwen3.get_vocab()
     regular = {t: i for t, i in v3.items() if i < 151643}
     assert len(regular) == 151643 and all(v2.get(t) == i for t, i in regular.items())
@@ -208,7 +215,7 @@ def test_tekken_encodes_as_mistral_common(texts):
     from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
     reference = Tekkenizer.from_file(str(tekken_file()))
-    tok = load_tokenizer("mistral-tekken")
+    tok = tokenizer("mistral-tekken")
     for text in texts:
         assert tok(text, add_special_tokens=False)["input_ids"] == reference.encode(text, bos=False, eos=False), text
 
@@ -217,14 +224,14 @@ def test_phi3_encodes_as_llama2(texts):
     """Phi-3's SentencePiece is Llama-2's (32,000 pieces) plus 64 chat and padding tokens. Texts with a leading space
     or a run of spaces are left out: there the two conversions differ ('llama-spm' reads " 2025" as '▁', '2' …,
     'phi-3' as '▁▁', '2' …, which is what the sentencepiece library does with Mistral's model), digits alike."""
-    phi3, llama2 = load_tokenizer("phi-3"), load_tokenizer("llama-spm")
+    phi3, llama2 = tokenizer("phi-3"), tokenizer("llama-spm")
     for text in [t for t in texts if not t.startswith(" ") and "  " not in t]:
         assert phi3(text, add_special_tokens=False)["input_ids"] == llama2(text, add_special_tokens=False)["input_ids"]
     assert len(phi3) == 32064 and phi3.convert_ids_to_tokens(32000) == "<|endoftext|>"
 
 
 def test_gemma3_special_tokens():
-    tok = load_tokenizer("gemma3")
+    tok = tokenizer("gemma3")
     assert len(tok) == 262144
     assert (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id) == (0, 1, 2)
     assert tok("hi")["input_ids"][0] == tok.bos_token_id  # Gemma needs its <bos>; the GGUF says add_bos_token
@@ -248,12 +255,6 @@ TIKTOKEN_PATTERNS = {
     ),
 }
 OPENAI = list(TIKTOKEN_PATTERNS)
-
-
-@functools.cache
-def openai_tokenizer(name):
-    """load_tokenizer(name), once per module: these two take seconds to load and are only read here."""
-    return load_tokenizer(name)
 
 
 # Published ids: tiktoken's tests (tests/test_encoding.py), the OpenAI cookbook
@@ -330,7 +331,7 @@ def varied_texts(texts):
 @pytest.mark.parametrize("name, text", [(n, t) for n, known in KNOWN_IDS.items() for t in known])
 def test_openai_known_ids(name, text):
     """The ids OpenAI publishes for these strings (special tokens as specials)."""
-    tok = openai_tokenizer(name)
+    tok = tokenizer(name)
     assert tok(text, add_special_tokens=False)["input_ids"] == KNOWN_IDS[name][text]
 
 
@@ -343,7 +344,7 @@ def test_openai_rank_tokenizers_encode_as_tiktoken(name, varied_texts):
     ranks, specials, pattern = rank_vocabulary(name)
     assert pattern == TIKTOKEN_PATTERNS[name].replace(r"\p{N}{1,3}+", r"\p{N}{1,3}")
     enc = tiktoken.Encoding(name, pat_str=TIKTOKEN_PATTERNS[name], mergeable_ranks=ranks, special_tokens=specials)
-    tok = openai_tokenizer(name)
+    tok = tokenizer(name)
     assert len(varied_texts) > 700
     for text in varied_texts:
         ids = tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
@@ -353,7 +354,7 @@ def test_openai_rank_tokenizers_encode_as_tiktoken(name, varied_texts):
 
 @pytest.mark.parametrize("name, text", [(n, t) for n in OPENAI for t in MULTI_DIGIT_SPLITS])
 def test_openai_number_splits(name, text):
-    tok = openai_tokenizer(name)
+    tok = tokenizer(name)
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert tok.convert_ids_to_tokens(ids) == MULTI_DIGIT_SPLITS[text]
 
@@ -364,7 +365,7 @@ def test_openai_numbers_chunk_left_to_right(name, varied_texts):
     from the left and one 1-3-digit token for the rest; no token holds a digit and anything else."""
     import random
 
-    tok = openai_tokenizer(name)
+    tok = tokenizer(name)
     rng = random.Random(1)
     numbers = [str(rng.randrange(10 ** rng.randint(1, 40))) for _ in range(300)] + ["0" * n for n in range(1, 12)]
     ascii_only = [t for t in varied_texts if all(ch in "0123456789" for ch in t if ch.isnumeric())]
@@ -379,7 +380,7 @@ def test_openai_numbers_chunk_left_to_right(name, varied_texts):
 @pytest.mark.parametrize("name", OPENAI)
 def test_openai_vocabulary_has_every_1_to_3_digit_number(name):
     """All 10 + 100 + 1,000 digit strings ('0'-'9', '00'-'99', '000'-'999') are tokens, each encoding as itself."""
-    tok = openai_tokenizer(name)
+    tok = tokenizer(name)
     numbers = [f"{n:0{width}d}" for width in (1, 2, 3) for n in range(10**width)]
     assert len(numbers) == len(set(numbers)) == 1110
     ids = tok.convert_tokens_to_ids(numbers)
@@ -391,7 +392,7 @@ def test_openai_vocabulary_has_every_1_to_3_digit_number(name):
 
 def test_cl100k_special_tokens():
     """cl100k_base's five special tokens at tiktoken's ids; 100256 and 100261-100275 are unused, as in tiktoken."""
-    tok = openai_tokenizer("cl100k")
+    tok = tokenizer("cl100k")
     names = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|endofprompt|>"]
     assert tok.convert_tokens_to_ids(names) == [100257, 100258, 100259, 100260, 100276]
     assert tok.convert_ids_to_tokens([100255, 100256, 100261, 100275]) == ["ĠConveyor", None, None, None]
@@ -402,7 +403,7 @@ def test_cl100k_special_tokens():
 def test_o200k_is_gpt_oss_harmony():
     """o200k_base's 199,998 ranks plus o200k_harmony's special tokens, 199,998-201,087 (openai/harmony's
     docs/format.md and tiktoken): <|endofprompt|> keeps 200018 (tiktoken also names it <|reserved_200018|>)."""
-    tok = openai_tokenizer("o200k")
+    tok = tokenizer("o200k")
     harmony = {
         "<|startoftext|>": 199998,
         "<|endoftext|>": 199999,

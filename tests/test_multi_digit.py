@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -39,6 +40,7 @@ from del_plugin.core import (
 )
 from del_plugin.core.criteria import DIGIT_CRITERIA, digit_criterion_loss, dist2_place_weights
 from del_plugin.core.places import NOT_A_DIGIT, _slot_places_torch
+from del_plugin.core.vocab import MultiDigitTokenizerError
 
 from fake_vocab import DIGITS, MULTI_TOKENS, MULTI_V, SPACE_MARKED, VOCAB, encode, encode_tokens, multi_digit_vocab
 from places_oracle import oracle_next_token_places, oracle_number_places
@@ -736,3 +738,53 @@ def test_cl100k_and_o200k_match_the_per_slot_oracle(name, criterion):
     ref.backward()
     torch.testing.assert_close(loss.detach(), ref.detach(), rtol=1e-10, atol=0)
     torch.testing.assert_close(leaf.grad, ref_leaf.grad, rtol=1e-10, atol=1e-15)
+
+
+class _ChunkingTokenizer:
+    """The three calls DigitVocab.from_tokenizer makes, on a vocabulary of characters and the given number strings:
+    digit runs cut into chunks of up to ``longest`` digits from the left, or glued to the letters after them."""
+
+    def __init__(self, numbers: list[str], longest: int = 3, glue_letters: bool = False):
+        self.tokens = [chr(c) for c in range(32, 127)] + numbers
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+        self.longest, self.glue = longest, glue_letters
+
+    def get_vocab(self):
+        return dict(self.index)
+
+    def _pieces(self, text: str) -> list[str]:
+        pieces = []
+        for run in re.findall(r"\d+[a-z]*|\D", text):
+            digits = re.match(r"\d+", run)
+            if digits is None:
+                pieces.append(run)
+            elif self.glue and len(run) > digits.end():
+                pieces.append(run)
+                self.index.setdefault(run, len(self.index))
+            else:
+                number = digits.group()
+                pieces += [number[i : i + self.longest] for i in range(0, len(number), self.longest)]
+                pieces += list(run[digits.end() :])
+        return pieces
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [self.index[p] for p in self._pieces(text)]}
+
+    def convert_ids_to_tokens(self, ids):
+        inverse = {i: t for t, i in self.index.items()}
+        return [inverse[i] for i in ids]
+
+
+def test_number_tokens_accepted_complete_and_refused_otherwise():
+    """Accepted: every m-digit string for each length the tokenizer cuts. Refused, naming the tokens: a missing
+    string, and digits glued to letters ('12th')."""
+    complete = [str(v).zfill(m) for m in (2, 3) for v in range(10**m)]
+    vocab = DigitVocab.from_tokenizer(_ChunkingTokenizer(complete), name="chunks")
+    assert vocab.max_digits == 3 and len(vocab.number_row_ids) == 1110
+    two_only = DigitVocab.from_tokenizer(_ChunkingTokenizer(complete[:100], longest=2), name="pairs")
+    assert two_only.max_digits == 2 and len(two_only.number_row_ids) == 110
+    with pytest.raises(MultiDigitTokenizerError, match=r"lacks 1 of the 1000 3-digit strings \(e\.g\. '042'\)"):
+        DigitVocab.from_tokenizer(_ChunkingTokenizer([t for t in complete if t != "042"]), name="holes")
+    glued = _ChunkingTokenizer(complete, glue_letters=True)
+    with pytest.raises(MultiDigitTokenizerError, match="merges digits with other characters"):
+        DigitVocab.from_tokenizer(glued, name="glued")

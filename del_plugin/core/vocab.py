@@ -42,8 +42,11 @@ KIND_FRESH = 4
 # Numbers in the shapes fine-tuning data has (years, money, decimals, thousands separators, a leading '.'):
 # a tokenizer that splits all of them into single digits splits numbers into digits.
 DIGIT_PROBE_TEXT = "In 2024 she paid $1,234.50 for 12345678 items: 3.14159 each, .5 less than 90, i.e. 0.001%."
-# Runs of 1 to 12 digits, after a space and after a letter: how long the number tokens a tokenizer cuts can be.
-LENGTH_PROBE_TEXT = " ".join(f"{'314159265358'[:n]} x{'271828182845'[:n]}" for n in range(1, 13))
+# Runs of 1 to 12 digits, after a space and after a letter: how long the number tokens a tokenizer cuts can be;
+# then digits before letters (ordinals, versions), which a tokenizer might glue into one token.
+LENGTH_PROBE_TEXT = " ".join(f"{'314159265358'[:n]} x{'271828182845'[:n]}" for n in range(1, 13)) + (
+    " the 21st, 42nd and 2024th time; x86 or v12"
+)
 
 # The longest number tokens DEL reads: a slot of an m-digit token is a marginal over 10**m token logits.
 MAX_TOKEN_DIGITS = 3

@@ -32,15 +32,10 @@ def gsm8k_features(tokenizer, rows: int = 2) -> list[dict]:
     return features
 
 
-def test_readme_standalone_example_runs_on_a_bf16_model():
-    from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq
+def run_standalone_example(tokenizer, model, features) -> dict:
+    """The README's block run as written, with the names it expects; its variables afterwards."""
+    from transformers import DataCollatorForSeq2Seq
 
-    from del_plugin.assets import tiny_model_dir
-
-    model_dir = tiny_model_dir("llama-spm")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
-    features = gsm8k_features(tokenizer)
     scope = {
         "tokenizer": tokenizer,
         "model": model,
@@ -48,6 +43,19 @@ def test_readme_standalone_example_runs_on_a_bf16_model():
         "DataCollatorForSeq2Seq": DataCollatorForSeq2Seq,
     }
     exec(compile(standalone_example(), "README.md", "exec"), scope)
+    return scope
+
+
+def test_readme_standalone_example_runs_on_a_bf16_model():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from del_plugin.assets import tiny_model_dir
+
+    model_dir = tiny_model_dir("llama-spm")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+    features = gsm8k_features(tokenizer)
+    scope = run_standalone_example(tokenizer, model, features)
 
     assert scope["outputs"].logits.dtype == torch.bfloat16
     loss, logits_loss = scope["loss"], scope["logits_loss"]
@@ -73,7 +81,7 @@ def test_readme_standalone_example_gives_the_definitions_value_on_llama3():
     the definition's, computed slot by slot by the oracle of tests/test_multi_digit.py (explicit logsumexps over
     the number tokens' strings, places read per character)."""
     from test_multi_digit import oracle_terms
-    from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from del_plugin.assets import tiny_model_dir
     from del_plugin.core.places import PlaceWeighting
@@ -84,13 +92,7 @@ def test_readme_standalone_example_gives_the_definitions_value_on_llama3():
     features = gsm8k_features(tokenizer)
     answers = [tokenizer.convert_ids_to_tokens([i for i in f["labels"] if i >= 0]) for f in features]
     assert any(len(t) >= 2 and t.isdigit() for tokens in answers for t in tokens)  # merged digits among the targets
-    scope = {
-        "tokenizer": tokenizer,
-        "model": model,
-        "features": features,
-        "DataCollatorForSeq2Seq": DataCollatorForSeq2Seq,
-    }
-    exec(compile(standalone_example(), "README.md", "exec"), scope)
+    scope = run_standalone_example(tokenizer, model, features)
 
     labels = scope["batch"]["labels"]
     strings = tokenizer.convert_ids_to_tokens(list(range(model.config.vocab_size)))

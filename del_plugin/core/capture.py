@@ -324,16 +324,14 @@ class DigitLogitsCapture:
             z = number_logits_from_hidden(
                 hidden, self._whole_head_weight(), vocab, positions, getattr(self.head, "bias", None)
             )
-            rows = vocab.number_row_ids_on(hidden.device)
-            offsets = vocab.group_offsets
+            rows = vocab.group_row_ids_on(hidden.device)
             for name in self._lora_expected:
                 projected = self._projected[name]
                 flat = projected.reshape(-1, projected.shape[-1])
                 lora_b = self.lora.head.lora_B[name]
                 scaling = self.lora.head.scaling[name]
                 with torch.autocast(device_type=hidden.device.type, enabled=False):
-                    for g, pos in enumerate(positions):
-                        ids = rows[offsets[g] : offsets[g + 1]]
+                    for g, (pos, ids) in enumerate(zip(positions, rows)):
                         bias = None if lora_b.bias is None else lora_b.bias[ids].float()
                         delta = F.linear(flat.index_select(0, pos).float(), lora_b.weight[ids].float(), bias)
                         z[g] = z[g] + delta * scaling

@@ -67,11 +67,11 @@ def digit_targets_from_logits(logits: torch.Tensor, targets: torch.Tensor, vocab
         )
     if vocab.max_digits > 1:
         flat = logits.reshape(-1, logits.shape[-1])
-        rows, offsets = vocab.number_row_ids_on(flat.device), vocab.group_offsets
+        rows = vocab.group_row_ids_on(flat.device)
 
         def group_logits(positions: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             # one gather of [positions, the group's rows] each: never a [positions, V] copy of the logits
-            return [flat[pos[:, None], rows[offsets[g] : offsets[g + 1]]] for g, pos in enumerate(positions)]
+            return [flat[pos[:, None], ids[None, :]] for pos, ids in zip(positions, rows)]
 
         return slot_digit_targets(targets, vocab, group_logits)
     digit, family = vocab.classify(targets)

@@ -214,9 +214,7 @@ def number_logits_from_hidden(
     if len(positions) != len(groups):
         raise ValueError(f"one position tensor per number group ({len(groups)}) is needed, got {len(positions)}")
     _check_head(hidden, head_weight, vocab, max(vocab.number_row_ids))
-    all_rows = vocab.number_row_ids_on(hidden.device)
-    offsets = vocab.group_offsets
-    row_ids = [all_rows[offsets[g] : offsets[g + 1]] for g in range(len(groups))]
+    row_ids = vocab.group_row_ids_on(hidden.device)
     sink = None
     if head_weight.requires_grad and head_weight.is_leaf and torch.is_grad_enabled():
         sink = _WeightRowGradient(head_weight)

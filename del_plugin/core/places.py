@@ -324,22 +324,26 @@ def _token_classes_torch(labels: torch.Tensor, vocab: DigitVocab, position_ids: 
     return classes[(before | (kind << 3)).long()].reshape(-1)
 
 
+def _parts_torch(cls: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For flat classes ``cls``: the index of each label, the latest opening at or before it (``2 i + 1`` for a
+    decimal part opened at ``i``, ``2 i`` for an integer part, -1 for none: a running maximum) and the first label
+    after it that does not continue its part (one past an integer part's last digit: a backward running minimum)."""
+    n = cls.numel()
+    idx = torch.arange(n, device=cls.device)
+    opening = torch.where(cls >= _OPENS_DECIMAL, 2 * idx + (cls == _OPENS_DECIMAL), -1).cummax(0).values
+    stops = torch.where(cls == _CONTINUES, n, idx)
+    next_stop = torch.full((n,), n, dtype=torch.long, device=cls.device)
+    next_stop[:-1] = stops.flip(0).cummin(0).values.flip(0)[1:]
+    return idx, opening, next_stop
+
+
 def _places_torch(labels: torch.Tensor, vocab: DigitVocab, position_ids: torch.Tensor | None) -> torch.Tensor:
     """:func:`number_places` of a nonempty ``[B, T]`` tensor in torch, on its device and without a host
     synchronisation: a running maximum (the latest opening, which says whether a digit is decimal) and a backward
     running minimum (the end of its part) over the flattened batch, instead of NumPy's ``nonzero``."""
     batch, length = labels.shape
-    n = batch * length
-    device = labels.device
     cls = _token_classes_torch(labels, vocab, position_ids)
-
-    idx = torch.arange(n, device=device)
-    # the latest opening at or before t: 2 i + 1 for a decimal part, 2 i for an integer part
-    opening = torch.where(cls >= _OPENS_DECIMAL, 2 * idx + (cls == _OPENS_DECIMAL), -1).cummax(0).values
-    # the first label after t that does not continue its part: one past an integer part's last digit
-    stops = torch.where(cls == _CONTINUES, n, idx)
-    next_stop = torch.full((n,), n, dtype=torch.long, device=device)
-    next_stop[:-1] = stops.flip(0).cummin(0).values.flip(0)[1:]
+    idx, opening, next_stop = _parts_torch(cls)
     place = torch.where((opening & 1) != 0, (opening >> 1) - 1, next_stop - 1) - idx
     return torch.where(cls != _NOT_A_DIGIT, place, NOT_A_DIGIT).to(torch.int32).view(batch, length)
 
@@ -360,11 +364,7 @@ def _slot_places_torch(labels: torch.Tensor, vocab: DigitVocab, position_ids: to
     digits = torch.where((ids < 0) | (cls == _NOT_A_DIGIT), 0, digits)
     start = torch.zeros(n + 1, dtype=torch.long, device=device)  # digits before label t; start[n]: all of them
     start[1:] = digits.cumsum(0)
-    idx = torch.arange(n, device=device)
-    opening = torch.where(cls >= _OPENS_DECIMAL, 2 * idx + (cls == _OPENS_DECIMAL), -1).cummax(0).values
-    stops = torch.where(cls == _CONTINUES, n, idx)
-    next_stop = torch.full((n,), n, dtype=torch.long, device=device)
-    next_stop[:-1] = stops.flip(0).cummin(0).values.flip(0)[1:]
+    _, opening, next_stop = _parts_torch(cls)
     anchor = torch.where((opening & 1) != 0, start[(opening >> 1).clamp(min=0)], start[next_stop])
     slot = torch.arange(slots, device=device)
     place = (anchor - start[:-1] - 1).unsqueeze(-1) - slot

@@ -115,7 +115,7 @@ class DigitVocab:
         if len(self.number_families) != len(self.number_token_ids):
             raise DigitVocabError(f"{self.name}: number_families needs one family per group of number_token_ids")
         for family, ids in zip(self.number_families, self.number_token_ids):
-            digits = len(str(len(ids))) - 1
+            digits = _digits_of(ids)
             if not 2 <= digits <= MAX_TOKEN_DIGITS or len(ids) != 10**digits:
                 raise DigitVocabError(
                     f"{self.name}: a group of number tokens needs 10**m ids for m in 2..{MAX_TOKEN_DIGITS}, got "
@@ -219,7 +219,7 @@ class DigitVocab:
     @functools.cached_property
     def max_digits(self) -> int:
         """The most digits one token holds: 1 for single-digit tokenizers, 3 for Llama-3's."""
-        return max((len(str(len(ids))) - 1 for ids in self.number_token_ids), default=1)
+        return max(group.digits for group in self.number_groups)
 
     @functools.cached_property
     def number_groups(self) -> tuple[NumberGroup, ...]:
@@ -227,9 +227,7 @@ class DigitVocab:
         ``number_token_ids`` groups. The row of group ``g``'s token ``v`` in :attr:`number_row_ids` is
         ``group_offsets[g] + v``."""
         single = [NumberGroup(f, 1, ids) for f, ids in enumerate(self.family_token_ids)]
-        multi = [
-            NumberGroup(f, len(str(len(ids))) - 1, ids) for f, ids in zip(self.number_families, self.number_token_ids)
-        ]
+        multi = [NumberGroup(f, _digits_of(ids), ids) for f, ids in zip(self.number_families, self.number_token_ids)]
         return tuple(single + multi)
 
     @functools.cached_property
@@ -387,6 +385,11 @@ class DigitVocab:
         """:attr:`number_row_ids` as a long tensor on ``device``."""
         return self._number_tables(device)["row_ids"]
 
+    def group_row_ids_on(self, device: torch.device) -> list[torch.Tensor]:
+        """The token ids of each of :attr:`number_groups`, in value order, as views of :meth:`number_row_ids_on`."""
+        rows, offsets = self.number_row_ids_on(device), self.group_offsets
+        return [rows[offsets[g] : offsets[g + 1]] for g in range(len(self.number_groups))]
+
     def slot_targets(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per target, its number group, and per digit slot its digit and whether it exists.
 
@@ -461,3 +464,8 @@ def _number_token_lengths(tokenizer: Any, name: str) -> dict[str, int]:
 
 
 _ASCII_DIGITS = frozenset("0123456789")
+
+
+def _digits_of(ids: tuple[int, ...]) -> int:
+    """m for a group of 10**m number tokens (the length of its count in decimal, less one)."""
+    return len(str(len(ids))) - 1

@@ -12,7 +12,7 @@ __all__ = ["DELPlugin", "__version__"]
 
 def __getattr__(name: str):
     if name == "DELPlugin":
-        from .plugin import DELPlugin
+        from .axolotl.plugin import DELPlugin
 
         return DELPlugin
     raise AttributeError(f"module 'del_plugin' has no attribute {name!r}")

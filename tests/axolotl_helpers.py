@@ -67,7 +67,7 @@ class StepLabels:
         self.steps: list[list] = []
 
     def install(self, monkeypatch) -> StepLabels:
-        from del_plugin.trainer import DELTrainer
+        from del_plugin.axolotl.trainer import DELTrainer
 
         gather = DELTrainer.get_batch_samples
         steps = self.steps

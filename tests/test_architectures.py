@@ -399,7 +399,7 @@ def test_liger_falcon_h1_forward_drops_the_lm_head_multiplier():
 def test_liger_forwards_that_train_other_logits_are_refused(tmp_path, model_type, kernel_key):
     from transformers import AutoConfig
 
-    from del_plugin.source_checks import check_model_source
+    from del_plugin.axolotl.source_checks import check_model_source
 
     kwargs = dict(CONFIGS[model_type]) if model_type in WRAPPERS else dict(COMMON, **CONFIGS[model_type])
     AutoConfig.for_model(model_type, **kwargs).save_pretrained(tmp_path)

@@ -90,7 +90,7 @@ def test_deepspeed_zero3_is_refused(base, tmp_path):
         path = tmp_path / f"zero{stage}.json"
         path.write_text(f'{{"zero_optimization": {{"stage": {stage}}}}}')
         if accepted:
-            from del_plugin.args import zero_stage
+            from del_plugin.axolotl.args import zero_stage
 
             assert zero_stage(str(path)) == 2
         else:
@@ -100,7 +100,7 @@ def test_deepspeed_zero3_is_refused(base, tmp_path):
 def test_architectures_are_checked_before_the_model_loads(base, tmp_path):
     from transformers import AutoConfig
 
-    from del_plugin.source_checks import check_model_source
+    from del_plugin.axolotl.source_checks import check_model_source
 
     tokenizer = str(tokenizer_dir("llama-spm"))
     for name, model_type, extra in [

@@ -1,7 +1,7 @@
 """DEL's normalisation across data-parallel ranks, in real two-process Axolotl runs on CPU (gloo DDP).
 
 DELTrainer counts the digit targets of an optimizer step on every rank, all-gathers the count, and multiplies its
-term by the world size because DDP averages gradients (del_plugin/trainer.py, ``get_batch_samples`` and
+term by the world size because DDP averages gradients (del_plugin/axolotl/trainer.py, ``get_batch_samples`` and
 ``compute_loss``). Here that is measured rather than reasoned: the same four GSM8K rows make one optimizer step
 either in one process (micro-batch 2 x accumulation 2) or on two ranks (micro-batch 1 x accumulation 2 each), and
 the gradient the optimizer sees and every logged part must agree.
@@ -87,9 +87,9 @@ def runs(tmp_path_factory):
 
 def rank_local_digit_count():
     """Setup of the control run (runs inside each rank): normalise DEL by the rank's own digits, not the step's."""
+    from del_plugin.axolotl.trainer import DELTrainer
     from del_plugin.collator import TARGET_PLACES_KEY
     from del_plugin.core.places import NOT_A_DIGIT
-    from del_plugin.trainer import DELTrainer
 
     original = DELTrainer.get_batch_samples
 

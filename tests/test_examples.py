@@ -379,7 +379,7 @@ def test_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_path, g
     import bitsandbytes as bnb
 
     from del_plugin.assets import load_tokenizer
-    from del_plugin.trainer import DELTrainer
+    from del_plugin.axolotl.trainer import DELTrainer
 
     family, kind = family_of(example_id), example_id.split("/")[1]
     shipped = load_example(example_id)
@@ -805,7 +805,7 @@ def test_other_example_trains_on_cpu_with_the_family_tokenizer(
     from transformers.models.qwen3 import modeling_qwen3
 
     from del_plugin.assets import load_tokenizer, tiny_model_dir
-    from del_plugin.trainer import DELTrainer
+    from del_plugin.axolotl.trainer import DELTrainer
 
     family = other_family_of(example_id)
     shipped = load_example(example_id)

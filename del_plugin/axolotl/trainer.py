@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from axolotl.core.trainers.base import AxolotlTrainer
 
-from .hf.settings import DELSettings
-from .hf.trainer import DELTrainerMixin
+from ..hf.settings import DELSettings
+from ..hf.trainer import DELTrainerMixin
 
 __all__ = ["DELTrainer"]
 

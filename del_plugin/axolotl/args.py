@@ -15,9 +15,9 @@ from typing import Any, Literal
 from axolotl.utils.logging import get_logger
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
-from .core.criteria import CRITERIA
-from .core.places import PlaceWeighting
-from .hf.settings import DEFAULT_ALPHA, DELSettings
+from ..core.criteria import CRITERIA
+from ..core.places import PlaceWeighting
+from ..hf.settings import DEFAULT_ALPHA, DELSettings
 
 LOG = get_logger(__name__)
 

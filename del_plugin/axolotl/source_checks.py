@@ -7,9 +7,9 @@ import functools
 
 from axolotl.utils.logging import get_logger
 
-from .core import DigitVocab
-from .core.capture import DigitCaptureError, check_architecture
-from .core.vocab import DigitVocabError
+from ..core import DigitVocab
+from ..core.capture import DigitCaptureError, check_architecture
+from ..core.vocab import DigitVocabError
 
 LOG = get_logger(__name__)
 

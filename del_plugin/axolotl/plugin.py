@@ -14,7 +14,7 @@ class DELPlugin(BasePlugin):
     """Digit Entropy Loss for supervised fine-tuning: ``plugins: [del_plugin.DELPlugin]`` and ``del_alpha``."""
 
     def get_input_args(self) -> str:
-        return "del_plugin.args.DELArgs"
+        return "del_plugin.axolotl.args.DELArgs"
 
     def pre_model_load(self, cfg):
         """Check Axolotl's own tokenizer (added tokens and all) before the model is loaded. Config validation
@@ -23,8 +23,8 @@ class DELPlugin(BasePlugin):
             return
         from axolotl.loaders.tokenizer import load_tokenizer
 
-        from .core import DigitVocab
-        from .core.vocab import DigitVocabError
+        from ..core import DigitVocab
+        from ..core.vocab import DigitVocabError
 
         try:
             DigitVocab.from_tokenizer(load_tokenizer(cfg), name=cfg.tokenizer_config or cfg.base_model)

@@ -1,7 +1,7 @@
 """Collation benchmark: Axolotl's host collators alone and wrapped by NumberSpanCollator, on GSM8K.
 
-GSM8K train problems (vendored in ``data/gsm8k/``, read by ``del_plugin.assets.gsm8k_rows``) are tokenised with a
-real tokenizer (Llama-2's SentencePiece, ``llama-spm``) in the Alpaca format Axolotl's ``type: alpaca`` uses, the
+GSM8K train problems (vendored in ``data/gsm8k/``, read by ``del_plugin.tooling.assets.gsm8k_rows``) are tokenised
+with a real tokenizer (Llama-2's SentencePiece, ``llama-spm``) in the Alpaca format Axolotl's ``type: alpaca`` uses, the
 prompt masked with -100 in the labels. Two collators, as Axolotl configures them:
 
 * padded: ``DataCollatorForSeq2Seq`` (``pad_to_multiple_of=64``), micro-batches of 8 samples;
@@ -117,10 +117,10 @@ def bench_collator(name, plain, wrapped, batches, passes: int, bar) -> dict:
 def run(args) -> dict:
     from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
 
-    from del_plugin.assets import gsm8k_rows, load_tokenizer
     from del_plugin.collator import NumberSpanCollator
     from del_plugin.core import DigitVocab, number_places
     from del_plugin.core.places import NOT_A_DIGIT
+    from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
 
     torch.set_num_threads(1)
     tokenizer = load_tokenizer(args.tokenizer)

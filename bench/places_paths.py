@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
 
-    from del_plugin.assets import gsm8k_rows, load_tokenizer
     from del_plugin.core import DigitVocab, next_token_places, shift_to_next_token
     from del_plugin.core.places import NOT_A_DIGIT, _places_torch
+    from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
 
     from places_oracle import oracle_next_token_places
 

@@ -26,9 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from del_plugin.assets import smollm2_dir
     from del_plugin.core import DigitLogitsCapture, DigitVocab, next_token_places, shift_to_next_token
     from del_plugin.core.criteria import digit_criterion_terms
+    from del_plugin.tooling.assets import smollm2_dir
 
     torch.manual_seed(0)
     model_dir = smollm2_dir()

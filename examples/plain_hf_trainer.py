@@ -47,7 +47,7 @@ def build_trainer(argv: list[str] | None = None, **training_args) -> DELTrainer:
     parser.add_argument("--grad-accum", type=int, default=1)
     args = parser.parse_args(argv)
     if args.model is None:
-        from del_plugin.assets import tiny_model_dir
+        from del_plugin.tooling.assets import tiny_model_dir
 
         args.model = str(tiny_model_dir("llama-spm"))
     tokenizer = AutoTokenizer.from_pretrained(args.model)

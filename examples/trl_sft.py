@@ -20,10 +20,10 @@ from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig
 
-from del_plugin.assets import gsm8k_rows
 from del_plugin.hf import DELSettings
 from del_plugin.hf.settings import DEFAULT_ALPHA
 from del_plugin.hf.trl import DELSFTTrainer
+from del_plugin.tooling.assets import gsm8k_rows
 
 
 def gsm8k_dataset(rows: list[dict], conversational: bool = False) -> Dataset:
@@ -69,7 +69,7 @@ def build_trainer(
     overrides ``SFTConfig`` fields."""
     args = parse_args(argv)
     if args.model is None:
-        from del_plugin.assets import tiny_model_dir
+        from del_plugin.tooling.assets import tiny_model_dir
 
         args.model = str(tiny_model_dir("llama-spm"))
     train = rows if rows is not None else gsm8k_rows(args.rows)

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from del_plugin import cpu
+from del_plugin.tooling import cpu
 
 os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -30,8 +30,8 @@ def forget_cut_cross_entropy():
 def base(tmp_path_factory):
     """``base(**overrides)``: the tests' small CPU LoRA config with the plugin on (tests/axolotl_helpers.py), on the
     tiny Llama-2-tokenizer model and four GSM8K rows."""
-    from del_plugin.assets import gsm8k_rows, tiny_model_dir
-    from del_plugin.cpu import write_alpaca_jsonl
+    from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
+    from del_plugin.tooling.cpu import write_alpaca_jsonl
 
     from axolotl_helpers import cpu_config
 

@@ -427,7 +427,7 @@ def arch_model_dir(tmp_path, model_type: str):
     vocabulary, saved with that tokenizer: the plugin path for an architecture, whatever the family's tokenizer."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from del_plugin.assets import load_tokenizer
+    from del_plugin.tooling.assets import load_tokenizer
 
     tokenizer = load_tokenizer("llama-spm")
     specials = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=0)
@@ -444,8 +444,8 @@ def arch_model_dir(tmp_path, model_type: str):
 
 @pytest.fixture(scope="module")
 def arch_data(tmp_path_factory):
-    from del_plugin.assets import gsm8k_rows
-    from del_plugin.cpu import write_alpaca_jsonl
+    from del_plugin.tooling.assets import gsm8k_rows
+    from del_plugin.tooling.cpu import write_alpaca_jsonl
 
     return write_alpaca_jsonl(tmp_path_factory.mktemp("arch-data") / "d.jsonl", gsm8k_rows(8))
 

@@ -55,8 +55,8 @@ def test_interleaved_groups_run_back_to_back():
 def llama_case():
     import loss_step
 
-    from del_plugin.assets import load_tokenizer
     from del_plugin.core import DigitVocab
+    from del_plugin.tooling.assets import load_tokenizer
 
     tokenizer = load_tokenizer("llama-spm")
     vocab = DigitVocab.from_tokenizer(tokenizer, name="llama-spm")
@@ -178,8 +178,8 @@ def number_token_cases():
     V = 128,256 as in bench/number_tokens.py, with a tiny hidden size."""
     import loss_step
 
-    from del_plugin.assets import load_tokenizer
     from del_plugin.core import DigitVocab
+    from del_plugin.tooling.assets import load_tokenizer
 
     cases = {}
     for name in ("llama-bpe", "llama-spm"):

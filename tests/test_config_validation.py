@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from del_plugin.assets import tokenizer_dir
+from del_plugin.tooling.assets import tokenizer_dir
 
 from axolotl_helpers import load_config, refused
 

@@ -442,8 +442,8 @@ def test_del_centered_never_lowers_the_target_logit_where_del_does():
 @pytest.fixture(scope="module")
 def llama_ntl():
     pytest.importorskip("ntloss")
-    from del_plugin.assets import load_tokenizer
     from del_plugin.core import DigitVocab
+    from del_plugin.tooling.assets import load_tokenizer
 
     tokenizer = load_tokenizer("llama-spm")
     return tokenizer, DigitVocab.from_tokenizer(tokenizer)
@@ -576,15 +576,15 @@ def test_token_criterion_loss_is_normalised_like_transformers_cross_entropy():
 # ---------------------------------------------------------------------------------------------- config validation
 @pytest.fixture(scope="module")
 def tiny_llama():
-    from del_plugin.assets import tiny_model_dir
+    from del_plugin.tooling.assets import tiny_model_dir
 
     return tiny_model_dir("llama-spm")
 
 
 @pytest.fixture(scope="module")
 def small_dataset(tmp_path_factory):
-    from del_plugin.assets import gsm8k_rows
-    from del_plugin.cpu import write_alpaca_jsonl
+    from del_plugin.tooling.assets import gsm8k_rows
+    from del_plugin.tooling.cpu import write_alpaca_jsonl
 
     return write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "gsm8k.jsonl", gsm8k_rows(8))
 
@@ -778,7 +778,7 @@ SMOKE_SCHEDULE = [
 
 @pytest.fixture(scope="module")
 def tiny_qwen():
-    from del_plugin.assets import tiny_model_dir
+    from del_plugin.tooling.assets import tiny_model_dir
 
     return tiny_model_dir("qwen2")
 

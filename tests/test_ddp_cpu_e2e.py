@@ -26,8 +26,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from del_plugin.assets import gsm8k_rows, tiny_model_dir
-from del_plugin.cpu import write_alpaca_jsonl
+from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
+from del_plugin.tooling.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config
 from ddp_cpu import start

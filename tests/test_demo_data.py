@@ -101,8 +101,8 @@ def test_files(tmp_path, splits):
 
 
 def test_axolotl_accepts_the_demo_configs(tmp_path):
-    from del_plugin.assets import smollm2_dir
     from del_plugin.demo.training import TrainSettings, axolotl_config
+    from del_plugin.tooling.assets import smollm2_dir
 
     from axolotl_helpers import load_config
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from del_plugin.assets import gsm8k_rows
 from del_plugin.evaluation import cli
 from del_plugin.evaluation.answers import extract_answer, find_numbers, format_decimal, is_correct
 from del_plugin.evaluation.data import read_eval_set
 from del_plugin.evaluation.metrics import digits_by_place, log_transform, numeric_metrics
 from del_plugin.evaluation.report import load_report
 from del_plugin.evaluation.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
+from del_plugin.tooling.assets import gsm8k_rows
 
 from fake_vocab import TOKEN_ID, VOCAB, V, encode
 
@@ -388,7 +388,7 @@ def digit_model(tmp_path_factory):
     unit and the LM head maps its sign to '1' or '2'. Its answers are numbers, wrong ones mostly."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from del_plugin.assets import tiny_model_dir
+    from del_plugin.tooling.assets import tiny_model_dir
 
     source = tiny_model_dir("llama-spm")
     model = AutoModelForCausalLM.from_pretrained(str(source))

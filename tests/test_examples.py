@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from del_plugin.assets import gsm8k_rows
-from del_plugin.cpu import CPU_KEYS, write_alpaca_jsonl
+from del_plugin.tooling.assets import gsm8k_rows
+from del_plugin.tooling.cpu import CPU_KEYS, write_alpaca_jsonl
 
 from axolotl_helpers import StepLabels, run_axolotl
 from fused_kernels import CALLS, cce_style_forward, restored_forwards
@@ -63,7 +63,7 @@ class AuthorsRun:
 class Family:
     directory: str
     hub_id: str
-    tokenizer: str  # del_plugin.assets tokenizer with the same vocabulary
+    tokenizer: str  # del_plugin.tooling.assets tokenizer with the same vocabulary
     model_module: str  # transformers.models.<module>
     decoder_layer: str
     learning_rate: float  # the paper's full fine-tuning learning rate
@@ -125,7 +125,7 @@ CAPABILITIES = {
 # Everything a CPU run changes in the user's YAML besides the model and the data (see `cpu_run_config`).
 # None unsets a key.
 CPU_OVERRIDES = {
-    **CPU_KEYS,  # GPU-only features and their CPU stand-ins (del_plugin/cpu.py says why each)
+    **CPU_KEYS,  # GPU-only features and their CPU stand-ins (del_plugin/tooling/cpu.py says why each)
     "fsdp_config": None,  # one process, no sharding
     "fsdp_version": None,
     # a short run: two optimizer steps of two micro-batches of up to 256 tokens, nothing saved
@@ -237,7 +237,7 @@ def test_deepseek_qlora_prompt_is_the_models_chat_template():
     from axolotl.prompt_strategies import load as load_strategy
     from axolotl.utils.dict import DictDefault
 
-    from del_plugin.assets import load_tokenizer
+    from del_plugin.tooling.assets import load_tokenizer
 
     # deepseek-ai/deepseek-math-7b-instruct, tokenizer_config.json
     template = (
@@ -353,7 +353,7 @@ def gsm8k_alpaca(tmp_path_factory):
 def cpu_run_config(example_id: str, tmp_path: Path, dataset: Path) -> dict:
     """The shipped YAML with ``CPU_OVERRIDES``, the family's tiny model and local GSM8K rows in place of
     MathInstruct (same alpaca fields, same prompt `type`)."""
-    from del_plugin.assets import tiny_model_dir
+    from del_plugin.tooling.assets import tiny_model_dir
 
     cfg = load_example(example_id)
     model_dir = str(tiny_model_dir(family_of(example_id).tokenizer))
@@ -378,8 +378,8 @@ def cpu_run_config(example_id: str, tmp_path: Path, dataset: Path) -> dict:
 def test_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_path, gsm8k_alpaca):
     import bitsandbytes as bnb
 
-    from del_plugin.assets import load_tokenizer
     from del_plugin.axolotl.trainer import DELTrainer
+    from del_plugin.tooling.assets import load_tokenizer
 
     family, kind = family_of(example_id), example_id.split("/")[1]
     shipped = load_example(example_id)
@@ -457,7 +457,7 @@ class DefaultAlphaFamily:
 
     directory: str
     hub_id: str
-    tokenizer: str  # del_plugin.assets tokenizer of the family (its real vocabulary)
+    tokenizer: str  # del_plugin.tooling.assets tokenizer of the family (its real vocabulary)
     model_type: str  # the checkpoint's config.json model_type
     causal_lm: str  # the class AutoModelForCausalLM loads for it, whose forward the CCE fork patches
     config: dict  # the checkpoint's published config.json shapes (the memory estimates in docs/examples.md)
@@ -663,13 +663,13 @@ def tiny_gemma3_wrapper(tmp_path_factory):
 
     Axolotl 0.21 treats every gemma3 checkpoint as multimodal (its model type is in transformers' image-text-to-text
     mapping): it loads the checkpoint's processor before the model, even for text rows, so the folder has one. The
-    tokenizer is ``del_plugin.assets``' Gemma-3 vocabulary (from the gemma-3-270m GGUF: 262,144 tokens) with the
+    tokenizer is ``del_plugin.tooling.assets``' Gemma-3 vocabulary (from the gemma-3-270m GGUF: 262,144 tokens) with the
     4B+ checkpoints' image tokens declared as their tokenizer_config.json does (``<image_soft_token>`` added at
     262,144, the begin/end-of-image tokens named), which Gemma3Processor reads."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3Config, Gemma3ImageProcessor, Gemma3Processor
 
-    from del_plugin.assets import tokenizer_dir
+    from del_plugin.tooling.assets import tokenizer_dir
 
     image_tokens = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir("gemma3")), extra_special_tokens=image_tokens)
@@ -724,7 +724,7 @@ def tiny_llama3_instruct(tmp_path_factory):
 
     from transformers import AutoTokenizer
 
-    from del_plugin.assets import tiny_model_dir
+    from del_plugin.tooling.assets import tiny_model_dir
 
     out = tmp_path_factory.mktemp("tiny-llama3-instruct") / "model"
     shutil.copytree(tiny_model_dir("llama-bpe"), out)
@@ -804,8 +804,8 @@ def test_other_example_trains_on_cpu_with_the_family_tokenizer(
     from transformers.models.llama import modeling_llama
     from transformers.models.qwen3 import modeling_qwen3
 
-    from del_plugin.assets import load_tokenizer, tiny_model_dir
     from del_plugin.axolotl.trainer import DELTrainer
+    from del_plugin.tooling.assets import load_tokenizer, tiny_model_dir
 
     family = other_family_of(example_id)
     shipped = load_example(example_id)

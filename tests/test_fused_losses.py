@@ -198,8 +198,8 @@ def test_restored_forwards_undoes_the_patches():
 # ------------------------------------------------------------------------------ in-process Axolotl runs
 @pytest.fixture(scope="module")
 def axolotl_data(tmp_path_factory):
-    from del_plugin.assets import gsm8k_rows, tiny_model_dir
-    from del_plugin.cpu import write_alpaca_jsonl
+    from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
+    from del_plugin.tooling.cpu import write_alpaca_jsonl
 
     return tiny_model_dir("llama-spm"), write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "d.jsonl", gsm8k_rows(16))
 

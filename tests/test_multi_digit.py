@@ -29,7 +29,6 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from del_plugin.assets import gsm8k_rows, load_tokenizer
 from del_plugin.core import (
     DigitVocab,
     PlaceWeighting,
@@ -41,6 +40,7 @@ from del_plugin.core import (
 from del_plugin.core.criteria import DIGIT_CRITERIA, digit_criterion_loss, dist2_place_weights
 from del_plugin.core.places import NOT_A_DIGIT, _slot_places_torch
 from del_plugin.core.vocab import MultiDigitTokenizerError
+from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
 
 from fake_vocab import DIGITS, MULTI_TOKENS, MULTI_V, SPACE_MARKED, VOCAB, encode, encode_tokens, multi_digit_vocab
 from places_oracle import oracle_next_token_places, oracle_number_places

@@ -325,7 +325,7 @@ def test_kind_table_agrees_with_classify_and_decimal_points(vocab):
 # the real tokenizer on GSM8K answers: padded like DataCollatorForSeq2Seq and packed like the multipack collator
 @pytest.fixture(scope="module")
 def llama_answers():
-    from del_plugin.assets import gsm8k_rows, load_tokenizer
+    from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
 
     tokenizer = load_tokenizer("llama-spm")
     vocab = DigitVocab.from_tokenizer(tokenizer, name="llama-spm")

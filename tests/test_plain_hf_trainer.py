@@ -81,7 +81,7 @@ def test_gradient_is_independent_of_micro_batching(tmp_path, monkeypatch):
 def test_llama3_number_tokens_train_and_count_every_digit(tmp_path):
     """Llama-3's tokenizer cuts numbers into 1-3-digit tokens ('1234' is '123' '4'): each digit is a slot of its
     own, so one epoch's logged digit targets are the answers' digit characters."""
-    from del_plugin.assets import tiny_model_dir
+    from del_plugin.tooling.assets import tiny_model_dir
 
     model = ["--model", str(tiny_model_dir("llama-bpe"))]
     trainer = example.main([*model, "--output-dir", str(tmp_path / "run"), "--max-steps", "2", "--alpha", "5.0"])

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from del_plugin.assets import gsm8k_rows, tiny_model_dir
 from del_plugin.axolotl.trainer import DELTrainer
 from del_plugin.collator import NumberSpanCollator
-from del_plugin.cpu import write_alpaca_jsonl
+from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
+from del_plugin.tooling.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config, load_config, run_axolotl
 from trainer_checks import GradientCapture, assert_parts_logged, eval_logs, train_logs

@@ -22,7 +22,7 @@ def standalone_example() -> str:
 
 def gsm8k_features(tokenizer, rows: int = 2) -> list[dict]:
     """GSM8K problems as features: the question (masked in the labels), then the solution."""
-    from del_plugin.assets import gsm8k_rows
+    from del_plugin.tooling.assets import gsm8k_rows
 
     features = []
     for row in gsm8k_rows(rows):
@@ -49,7 +49,7 @@ def run_standalone_example(tokenizer, model, features) -> dict:
 def test_readme_standalone_example_runs_on_a_bf16_model():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from del_plugin.assets import tiny_model_dir
+    from del_plugin.tooling.assets import tiny_model_dir
 
     model_dir = tiny_model_dir("llama-spm")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -83,8 +83,8 @@ def test_readme_standalone_example_gives_the_definitions_value_on_llama3():
     from test_multi_digit import oracle_terms
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from del_plugin.assets import tiny_model_dir
     from del_plugin.core.places import PlaceWeighting
+    from del_plugin.tooling.assets import tiny_model_dir
 
     model_dir = tiny_model_dir("llama-bpe")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -11,10 +11,10 @@ import re
 
 import pytest
 
-from del_plugin.assets import gsm8k_rows, load_tokenizer, rank_vocabulary, tekken_file
 from del_plugin.core import DigitVocab, number_places
 from del_plugin.core.places import NOT_A_DIGIT
 from del_plugin.core.vocab import MultiDigitTokenizerError
+from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer, rank_vocabulary, tekken_file
 
 
 @functools.cache
@@ -338,7 +338,7 @@ def test_openai_known_ids(name, text):
 @pytest.mark.parametrize("name", OPENAI)
 def test_openai_rank_tokenizers_encode_as_tiktoken(name, varied_texts):
     """The Hugging Face tokenizer encodes as tiktoken does with the same ranks and tiktoken's own regex (possessive
-    quantifiers and all); only cl100k's `\\p{N}{1,3}+` had to be rewritten for Oniguruma (del_plugin.assets)."""
+    quantifiers and all); only cl100k's `\\p{N}{1,3}+` had to be rewritten for Oniguruma (del_plugin.tooling.assets)."""
     import tiktoken
 
     ranks, specials, pattern = rank_vocabulary(name)

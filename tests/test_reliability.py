@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from del_plugin.assets import gsm8k_rows, tiny_model_dir
-from del_plugin.cpu import write_alpaca_jsonl
+from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
+from del_plugin.tooling.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config, load_config, refused, run_axolotl
 from trainer_checks import train_logs

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from del_plugin.assets import GSM8K_DIR, gsm8k_rows
+from del_plugin.tooling.assets import GSM8K_DIR, gsm8k_rows
 
 REPO = Path(__file__).resolve().parents[1]
 SCANNED_SUFFIXES = {".py", ".cfg", ".toml", ".yml", ".yaml", ".sh", ".txt", ".lock", ""}
@@ -75,7 +75,7 @@ def test_the_scanner_flags_reads_outside_the_repository(relpath, line):
     ("relpath", "line"),
     [
         ("tests/test_examples.py", "REPO = Path(__file__).resolve().parents[1]"),
-        ("del_plugin/assets.py", 'GSM8K_DIR = Path(__file__).resolve().parents[1] / "data" / "gsm8k"'),
+        ("del_plugin/tooling/assets.py", 'GSM8K_DIR = Path(__file__).resolve().parents[1] / "data" / "gsm8k"'),
         ("bench/benchlib.py", "RESULTS_DIR = REPO_ROOT / 'bench' / 'results'"),
         ("del_plugin/core/places.py", "x = a[..., :-1]  # '..' in code is not a path"),
     ],

@@ -10,8 +10,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def axolotl_data(tmp_path_factory):
-    from del_plugin.assets import gsm8k_rows, tiny_model_dir
-    from del_plugin.cpu import write_alpaca_jsonl
+    from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
+    from del_plugin.tooling.cpu import write_alpaca_jsonl
 
     return tiny_model_dir("llama-spm"), write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "d.jsonl", gsm8k_rows(16))
 

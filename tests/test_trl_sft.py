@@ -11,12 +11,12 @@ import pytest
 import torch
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-from del_plugin.assets import gsm8k_rows, load_tokenizer
 from del_plugin.collator import TARGET_PLACES_KEY, NumberSpanCollator
 from del_plugin.core import DigitVocab, next_token_places
 from del_plugin.core.places import NOT_A_DIGIT
 from del_plugin.hf import DELSettings
 from del_plugin.hf.trl import DELSFTTrainer, check_sft_loss
+from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
 
 from trainer_checks import GradientCapture, check_run, load_example, train_logs
 
@@ -257,7 +257,7 @@ def test_gradient_is_independent_of_micro_batching(tmp_path, four_rows, argv, co
 def test_llama3_number_tokens_packed_padding_free(tmp_path):
     """Llama-3's tokenizer (numbers in 1-3-digit tokens), TRL's padding-free packing: every digit of every packed
     sample is a slot of its own, read per sample, and the run logs DEL's parts."""
-    from del_plugin.assets import tiny_model_dir
+    from del_plugin.tooling.assets import tiny_model_dir
 
     argv = ["--model", str(tiny_model_dir("llama-bpe")), "--output-dir", str(tmp_path), "--max-steps", "2"]
     trainer = example.main([*argv, "--eval-steps", "2", "--rows", "8", "--packing", "--loss-type", "nll"])

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from del_plugin.assets import gsm8k_rows, smollm2_dir
 from del_plugin.collator import NumberSpanCollator
+from del_plugin.tooling.assets import gsm8k_rows, smollm2_dir
 
 from trainer_checks import check_run, load_example
 

@@ -106,7 +106,7 @@ def _write_results(out: Path, args, argv, train_settings, reports, generations, 
     findings = findings_text(reports, generations, args.alpha)
     curves = plot_training_curves({k: histories[k] for k in ("MLE", "DEL")}, comparison_dir / "training_curves.png")
     # the published table names the models, not this machine's asset cache or home folder
-    from ..assets import cache_root
+    from ..tooling.assets import cache_root
 
     table = comparison_markdown([reports[k] for k in labels], labels).split("\n", 2)[2]
     table = table.replace(str(cache_root()), "$DEL_PLUGIN_CACHE").replace(str(Path.home()), "~")
@@ -192,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1 or args.eval_size < 1 or args.micro_batch_size < 1:
         raise SystemExit("error: --steps, --eval-size and --micro-batch-size must be >= 1")
 
-    from ..assets import smollm2_dir
     from ..evaluation.cli import stop_cleanly_on_sigterm
+    from ..tooling.assets import smollm2_dir
 
     stop_cleanly_on_sigterm()
 

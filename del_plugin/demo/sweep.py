@@ -241,9 +241,9 @@ def _work(run_dir: Path) -> int:
     """Child process: train (unless the adapter is there) and evaluate the run in ``run_dir``."""
     import torch
 
-    from ..assets import smollm2_dir
     from ..evaluation import EvalSettings, evaluate
     from ..evaluation.cli import stop_cleanly_on_sigterm
+    from ..tooling.assets import smollm2_dir
     from .efficacy import run_metrics
     from .training import TrainSettings, axolotl_config, train_lora
 

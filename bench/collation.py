@@ -117,9 +117,9 @@ def bench_collator(name, plain, wrapped, batches, passes: int, bar) -> dict:
 def run(args) -> dict:
     from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
 
-    from del_plugin.collator import NumberSpanCollator
     from del_plugin.core import DigitVocab, number_places
     from del_plugin.core.places import NOT_A_DIGIT
+    from del_plugin.hf.collator import NumberSpanCollator
     from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
 
     torch.set_num_threads(1)

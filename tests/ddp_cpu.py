@@ -143,8 +143,8 @@ def train_one(config: dict) -> dict:
     from axolotl.train import setup_model_and_trainer
     from transformers import TrainerCallback
 
-    from del_plugin.collator import TARGET_PLACES_KEY
     from del_plugin.core.places import NOT_A_DIGIT
+    from del_plugin.hf.collator import TARGET_PLACES_KEY
 
     class FirstStepGradients(TrainerCallback):
         grads = None

@@ -8,9 +8,9 @@ import pytest
 import torch
 from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
 
-from del_plugin.collator import TARGET_PLACES_KEY, NumberSpanCollator
 from del_plugin.core import DigitVocab, number_places, shift_to_next_token
 from del_plugin.core.places import NOT_A_DIGIT
+from del_plugin.hf.collator import TARGET_PLACES_KEY, NumberSpanCollator
 from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
 
 

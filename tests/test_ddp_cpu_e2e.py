@@ -88,8 +88,8 @@ def runs(tmp_path_factory):
 def rank_local_digit_count():
     """Setup of the control run (runs inside each rank): normalise DEL by the rank's own digits, not the step's."""
     from del_plugin.axolotl.trainer import DELTrainer
-    from del_plugin.collator import TARGET_PLACES_KEY
     from del_plugin.core.places import NOT_A_DIGIT
+    from del_plugin.hf.collator import TARGET_PLACES_KEY
 
     original = DELTrainer.get_batch_samples
 

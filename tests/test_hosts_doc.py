@@ -13,8 +13,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from del_plugin.collator import TARGET_PLACES_KEY
 from del_plugin.core import digit_entropy_loss, shift_to_next_token
+from del_plugin.hf.collator import TARGET_PLACES_KEY
 from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "hosts.md"

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from del_plugin.collator import NumberSpanCollator
+from del_plugin.hf.collator import NumberSpanCollator
 
 from trainer_checks import GradientCapture, assert_parts_logged, load_example, train_logs
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from del_plugin.axolotl.trainer import DELTrainer
-from del_plugin.collator import NumberSpanCollator
+from del_plugin.hf.collator import NumberSpanCollator
 from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
 from del_plugin.tooling.cpu import write_alpaca_jsonl
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-from del_plugin.collator import TARGET_PLACES_KEY, NumberSpanCollator
 from del_plugin.core import DigitVocab, next_token_places
 from del_plugin.core.places import NOT_A_DIGIT
 from del_plugin.hf import DELSettings
+from del_plugin.hf.collator import TARGET_PLACES_KEY, NumberSpanCollator
 from del_plugin.hf.trl import DELSFTTrainer, check_sft_loss
 from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from del_plugin.collator import NumberSpanCollator
+from del_plugin.hf.collator import NumberSpanCollator
 from del_plugin.tooling.assets import gsm8k_rows, smollm2_dir
 
 from trainer_checks import check_run, load_example

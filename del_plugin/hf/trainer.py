@@ -20,11 +20,11 @@ from __future__ import annotations
 import torch
 from transformers.utils import logging
 
-from ..collator import TARGET_PLACES_KEY, NumberSpanCollator
 from ..core.capture import DigitCaptureError, DigitLogitsCapture
 from ..core.criteria import digit_criterion_terms, token_criterion_terms
 from ..core.places import NOT_A_DIGIT, shift_to_next_token
 from ..core.vocab import DigitVocab
+from .collator import TARGET_PLACES_KEY, NumberSpanCollator
 from .metrics import DigitMetrics
 from .settings import DELSettings
 

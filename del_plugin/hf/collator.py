@@ -10,7 +10,7 @@ from collections import UserDict
 from collections.abc import Callable
 from typing import Any
 
-from .core import DigitVocab, next_token_places
+from ..core import DigitVocab, next_token_places
 
 TARGET_PLACES_KEY = "del_target_places"
 

@@ -302,7 +302,7 @@ class Case:
         """One forward + backward: ``added`` is None (CE alone), "del" (from the hidden states, as the trainer
         computes it) or a term read from the logits ("del (logits API)" or "naive")."""
         from del_plugin.core import digit_targets_from_hidden
-        from del_plugin.core.losses import del_token_losses
+        from del_plugin.core.criteria import del_token_losses
         from del_plugin.core.places import place_weights
 
         weight = self.head[head]

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from del_plugin.core import DigitVocab, digit_correct, digit_targets_from_logits
-from del_plugin.core.losses import del_token_losses
+from del_plugin.core.criteria import del_token_losses
 from del_plugin.core.places import shift_to_next_token
 from del_plugin.demo.sweep import parse_setting
 

@@ -15,7 +15,7 @@ import torch
 
 from del_plugin.core import DigitLogitsCapture, digit_targets_from_logits, next_token_places, shift_to_next_token
 from del_plugin.core.capture import DigitCaptureError
-from del_plugin.core.losses import del_token_losses
+from del_plugin.core.criteria import del_token_losses
 from del_plugin.core.places import place_weights
 
 from fake_vocab import VOCAB, V, encode

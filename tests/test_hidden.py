@@ -17,8 +17,9 @@ from del_plugin.core import (
     number_places,
 )
 from del_plugin.core.capture import DigitCaptureError
-from del_plugin.core.hidden import digit_logits_from_hidden, select_digit_family
-from del_plugin.core.losses import del_token_losses
+from del_plugin.core.criteria import del_token_losses
+from del_plugin.core.digits import select_digit_family
+from del_plugin.core.hidden import digit_logits_from_hidden
 from del_plugin.core.places import place_weights
 
 from fake_vocab import VOCAB, V, encode

@@ -141,7 +141,7 @@ PROVENANCES = {
 
 @pytest.mark.parametrize("provenance", sorted(PROVENANCES))
 def test_logits_of_any_provenance_give_the_right_gradients(provenance):
-    from del_plugin.core.losses import del_token_losses
+    from del_plugin.core.criteria import del_token_losses
     from del_plugin.core.places import place_weights
 
     labels = encode("it is 42.5 now, not 7")[None]

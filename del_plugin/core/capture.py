@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from .architectures import ARCHITECTURES, TRANSFORM_KEYS, Architecture, LogitTransform, text_config
-from .digits import DigitTargets, slot_digit_targets
-from .hidden import digit_logits_from_hidden, number_logits_from_hidden, select_digit_family
+from .digits import DigitTargets, select_digit_family, slot_digit_targets
+from .hidden import digit_logits_from_hidden, number_logits_from_hidden
 from .vocab import DigitVocab
 
 __all__ = ["DigitCaptureError", "DigitLogitsCapture", "LogitsMismatch", "check_architecture"]

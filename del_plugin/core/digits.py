@@ -31,6 +31,7 @@ __all__ = [
     "digit_targets_from_logits",
     "digit_entropy",
     "digit_correct",
+    "select_digit_family",
     "slot_digit_targets",
     "slot_logits",
 ]
@@ -78,6 +79,20 @@ def digit_targets_from_logits(logits: torch.Tensor, targets: torch.Tensor, vocab
     index = vocab.family_ids(logits.device)[family.clamp(min=0)]
     z = logits.gather(-1, index)
     # at least float32 (half-precision logits are upcast on the slice only); float64 stays float64
+    return DigitTargets(z.to(torch.promote_types(z.dtype, torch.float32)), digit.clamp(min=0), digit >= 0)
+
+
+def select_digit_family(digit_logits: torch.Tensor, targets: torch.Tensor, vocab: DigitVocab) -> DigitTargets:
+    """The ten logits of each target's own digit family from ``[..., F, 10]`` digit logits, aligned with
+    ``targets`` (``digit_logits[..., t, :, :]`` predicts ``targets[..., t]``)."""
+    if digit_logits.shape[:-2] != targets.shape or digit_logits.shape[-2:] != (vocab.num_families, 10):
+        raise ValueError(
+            f"digit logits {tuple(digit_logits.shape)} do not match targets {tuple(targets.shape)} and "
+            f"{vocab.num_families} digit famil{'y' if vocab.num_families == 1 else 'ies'} of 10"
+        )
+    digit, family = vocab.classify(targets)
+    index = family.clamp(min=0)[..., None, None].expand(*targets.shape, 1, 10)
+    z = digit_logits.gather(-2, index).squeeze(-2)
     return DigitTargets(z.to(torch.promote_types(z.dtype, torch.float32)), digit.clamp(min=0), digit >= 0)
 
 

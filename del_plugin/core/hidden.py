@@ -29,14 +29,13 @@ import weakref
 import torch
 from torch.autograd import Variable
 
-from .digits import DigitTargets, slot_digit_targets
+from .digits import DigitTargets, select_digit_family, slot_digit_targets
 from .vocab import DigitVocab
 
 __all__ = [
     "digit_logits_from_hidden",
     "digit_targets_from_hidden",
     "number_logits_from_hidden",
-    "select_digit_family",
 ]
 
 # Rows of ``h`` upcast to float32 at a time: bounds the transient copy at _BLOCK_ROWS x H x 4 bytes.
@@ -247,20 +246,6 @@ def digit_logits_from_hidden(
         if head_bias is not None:
             z = z + head_bias[ids.reshape(-1)].float()
     return z.unflatten(-1, tuple(ids.shape))
-
-
-def select_digit_family(digit_logits: torch.Tensor, targets: torch.Tensor, vocab: DigitVocab) -> DigitTargets:
-    """The ten logits of each target's own digit family from ``[..., F, 10]`` digit logits, aligned with
-    ``targets`` (``digit_logits[..., t, :, :]`` predicts ``targets[..., t]``)."""
-    if digit_logits.shape[:-2] != targets.shape or digit_logits.shape[-2:] != (vocab.num_families, 10):
-        raise ValueError(
-            f"digit logits {tuple(digit_logits.shape)} do not match targets {tuple(targets.shape)} and "
-            f"{vocab.num_families} digit famil{'y' if vocab.num_families == 1 else 'ies'} of 10"
-        )
-    digit, family = vocab.classify(targets)
-    index = family.clamp(min=0)[..., None, None].expand(*targets.shape, 1, 10)
-    z = digit_logits.gather(-2, index).squeeze(-2)
-    return DigitTargets(z.to(torch.promote_types(z.dtype, torch.float32)), digit.clamp(min=0), digit >= 0)
 
 
 def digit_targets_from_hidden(

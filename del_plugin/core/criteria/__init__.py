@@ -1,0 +1,87 @@
+"""The DEL paper's baselines and ablation, on aligned tensors: ``logits[..., t, :]`` predicts ``labels[..., t]``.
+
+Every function returns a *per-position* term (``[B, T]`` for ``[B, T]`` labels), float32, exactly 0 where it does
+not apply, so the caller decides the normalisation (``reduce_token_losses`` or the trainer's step-wide digit
+count). Two kinds:
+
+* **Digit criteria** (``ntl_was``, ``ntl_mse``, ``dist2``, ``del``, ``del_centered``, ``del_dist``) are *added* to
+  cross-entropy, ``L = CE + alpha * mean over digit targets``. They read the ``[..., 10]`` slice of
+  :class:`~del_plugin.core.digits.DigitTargets` only: ``p_hat = softmax`` over the ten logits of the
+  target's digit family, ``y`` the target digit.
+
+  - ``ntl_was``:  ``sum_k p_hat_k |y - k|``                       (Number Token Loss, Wasserstein form)
+  - ``ntl_mse``:  ``(sum_k p_hat_k k - y)^2``                     (Number Token Loss, MSE form)
+  - ``dist2``:    ``w_t * KL(q || p_hat)``, ``q = softmax_k(-(y - k)^2 / tau)``, ``w_t`` the DIST2 place weight
+                  (:func:`dist2_place_weights`)
+  - ``del``:      ``u_t * mean_k(p_hat_k BCE_k)``                  (:func:`del_token_losses`)
+  - ``del_centered``: ``u_t * mean_k(p_hat_k BCE(z_k - mean_j z_j, onehot(y)_k))``  (DEL, shift-invariant)
+  - ``del_dist``: ``u_t * mean_k(p_hat_k BCE_k) * sum_k p_hat_k |y - k|``  (DEL times the NTL-WAS distance)
+
+* **Token criteria** (``mixce``, ``emo``) *replace* cross-entropy over all target tokens; they need the full
+  logits. ``alpha`` interpolates: ``l_t = (1 - alpha) * NLL_t + alpha * criterion_t`` (``alpha = 1``: the
+  criterion as published).
+
+  - ``mixce``: ``eta * NLL_t + (1 - eta) * sg[exp(-NLL_t)] * NLL_t``
+  - ``emo``:   ``0.5 * (NLL_t + sg[NLL_t / emo_t] * emo_t)``, ``emo_t = 1 - <e_y, E^T q>`` with ``E`` the frozen,
+    row-L2-normalised initial output embedding and ``q = p - sg[p_y] onehot(y)`` (the model distribution less
+    the detached target mass, *not* renormalised; the gradient still flows through ``p_y``).
+
+``mle`` is cross-entropy alone: no term at all.
+
+The package: :mod:`~del_plugin.core.criteria.digit` (terms added to cross-entropy),
+:mod:`~del_plugin.core.criteria.token` (losses that replace it) and :mod:`~del_plugin.core.criteria.registry` (the
+criteria by name, and the dispatch).
+"""
+
+from .digit import (
+    del_centered_token_losses,
+    del_dist_token_losses,
+    del_token_losses,
+    dist2_place_weights,
+    dist2_token_losses,
+    ntl_mse_token_losses,
+    ntl_was_token_losses,
+)
+from .registry import (
+    CRITERIA,
+    DIGIT_CRITERIA,
+    TOKEN_CRITERIA,
+    CriterionSpec,
+    Param,
+    Reduction,
+    criterion_spec,
+    digit_criterion_loss,
+    digit_criterion_terms,
+    digit_entropy_loss,
+    reduce_token_losses,
+    token_criterion_terms,
+)
+from .token import EMO_EPS, TokenCriterionTerms, emo_cost_embedding, emo_token_losses, mixce_token_losses, token_nll
+
+__all__ = [
+    "CRITERIA",
+    "DIGIT_CRITERIA",
+    "EMO_EPS",
+    "TOKEN_CRITERIA",
+    "CriterionSpec",
+    "Param",
+    "Reduction",
+    "TokenCriterionTerms",
+    "criterion_spec",
+    "del_centered_token_losses",
+    "del_dist_token_losses",
+    "del_token_losses",
+    "digit_criterion_loss",
+    "digit_criterion_terms",
+    "digit_entropy_loss",
+    "dist2_place_weights",
+    "dist2_token_losses",
+    "emo_cost_embedding",
+    "emo_token_losses",
+    "mixce_token_losses",
+    "ntl_mse_token_losses",
+    "ntl_was_token_losses",
+    "reduce_token_losses",
+    "token_criterion_terms",
+    "token_nll",
+]

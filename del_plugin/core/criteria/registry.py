@@ -1,0 +1,303 @@
+"""The registry of training criteria (:data:`CRITERIA`) and their dispatch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from ..bounds import Bound
+from ..digits import DigitTargets, digit_targets_from_logits
+from ..places import PlaceWeighting, place_weights
+from ..vocab import DigitVocab
+from .digit import (
+    del_centered_token_losses,
+    del_dist_token_losses,
+    del_token_losses,
+    dist2_place_weights,
+    dist2_token_losses,
+    ntl_mse_token_losses,
+    ntl_was_token_losses,
+)
+from .token import TokenCriterionTerms, emo_cost_embedding, emo_token_losses, mixce_token_losses
+
+__all__ = [
+    "CRITERIA",
+    "DIGIT_CRITERIA",
+    "TOKEN_CRITERIA",
+    "CriterionSpec",
+    "Param",
+    "Reduction",
+    "criterion_spec",
+    "digit_criterion_loss",
+    "digit_criterion_terms",
+    "digit_entropy_loss",
+    "reduce_token_losses",
+    "token_criterion_terms",
+]
+
+Reduction = Literal["mean", "sum", "none"]
+
+
+def reduce_token_losses(
+    per_token: torch.Tensor, mask: torch.Tensor, reduction: Reduction, alpha: float = 1.0
+) -> torch.Tensor:
+    """``alpha`` times the mean over ``mask`` (0 when empty), the sum, or the per-position tensor."""
+    if reduction == "none":
+        return alpha * per_token
+    total = per_token.sum()
+    if reduction == "sum":
+        return alpha * total
+    if reduction == "mean":
+        # clamp instead of branching on the count: no host synchronisation, and 0 / 1 = 0 on empty batches
+        return alpha * total / mask.sum().clamp(min=1)
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+# ---------------------------------------------------------------------------------------------- the registry
+@dataclass(frozen=True)
+class Param:
+    """A criterion's own parameter: config key ``del_<name>``, a finite float within ``bound``."""
+
+    name: str
+    default: float
+    bound: Bound
+    doc: str
+
+    @property
+    def key(self) -> str:
+        return f"del_{self.name}"
+
+    def check(self, value: Any) -> float:
+        return self.bound.check(self.key, value)
+
+
+@dataclass(frozen=True)
+class CriterionSpec:
+    """One training criterion. ``kind``: ``"digit"`` terms are added to cross-entropy (``CE + alpha * mean over
+        digit targets``), ``"token"`` losses replace it (``alpha`` interpolates, in [0, 1], and must be set), ``"none"``
+        is cross-entropy alone.
+
+        ``terms`` computes the per-position term: for a digit criterion ``terms(digits, places, weighting, **params)``
+        (zeros off the digit targets), for a token criterion ``terms(logits, labels, alpha=, ignore_index=, **params,
+        **state)`` returning :class:`TokenCriterionTerms`. ``prepare(model)`` builds extra state a token criterion needs
+        once per run (EMO's cost embedding). ``formula`` is the loss as the docs table shows it; ``place_keys`` are the
+    place-weight keys it reads (:class:`~del_plugin.core.places.PlaceWeighting`). Adding a criterion is one function
+    and one entry in :data:`CRITERIA`: the config fields, their validation, the dispatch, the docs table and the
+    ablation configs follow from it."""
+
+    name: str
+    kind: Literal["digit", "token", "none"]
+    formula: str
+    terms: Callable[..., Any] | None = None
+    params: tuple[Param, ...] = ()
+    place_keys: tuple[str, ...] = ()
+    prepare: Callable[[Any], dict] | None = None
+
+    def check_params(self, params: dict) -> dict[str, float]:
+        """Every parameter of this criterion, checked, with defaults filled in."""
+        own = {p.name: p for p in self.params}
+        unknown = sorted(set(params) - set(own))
+        if unknown:
+            raise TypeError(
+                f"criterion {self.name!r} takes no parameter {', '.join(unknown)} "
+                f"(its parameters: {', '.join(own) or 'none'})"
+            )
+        return {name: p.check(params.get(name, p.default)) for name, p in own.items()}
+
+
+def _del_terms(digits, places, weighting):
+    return del_token_losses(digits, place_weights(places, weighting))
+
+
+def _del_centered_terms(digits, places, weighting):
+    return del_centered_token_losses(digits, place_weights(places, weighting))
+
+
+def _del_dist_terms(digits, places, weighting):
+    return del_dist_token_losses(digits, place_weights(places, weighting))
+
+
+def _dist2_terms(digits, places, weighting, dist2_tau):
+    return dist2_token_losses(digits, dist2_place_weights(places, weighting.enabled), dist2_tau)
+
+
+def _emo_terms(logits, labels, *, alpha, ignore_index, cost_embedding=None):
+    if cost_embedding is None:
+        raise ValueError(
+            "emo needs its cost embedding: state={'cost_embedding': "
+            "emo_cost_embedding(model.get_output_embeddings().weight)}, as CRITERIA['emo'].prepare builds"
+        )
+    return emo_token_losses(logits, labels, cost_embedding, alpha, ignore_index)
+
+
+def _emo_state(model) -> dict:
+    head = model.get_output_embeddings()
+    if head is None or getattr(head, "weight", None) is None:
+        raise ValueError(f"EMO needs the model's output embedding; {type(model).__name__} has none")
+    return {"cost_embedding": emo_cost_embedding(head.weight)}
+
+
+_DEL_PLACE_KEYS = ("del_place_weighting", "del_integer_slope", "del_decimal_base")
+
+CRITERIA: dict[str, CriterionSpec] = {
+    spec.name: spec
+    for spec in (
+        CriterionSpec("mle", "none", "`CE`"),
+        CriterionSpec(
+            "mixce",
+            "token",
+            "`mean_tokens [(1 - alpha) NLL_t + alpha MixCE_t]`",
+            lambda logits, labels, *, alpha, ignore_index, mixce_eta: mixce_token_losses(
+                logits, labels, mixce_eta, alpha, ignore_index
+            ),
+            params=(
+                Param(
+                    "mixce_eta",
+                    0.5,
+                    Bound(0.0, 1.0, "eta weighs the forward cross-entropy against the reverse one"),
+                    "MixCE mixing ratio eta: eta * NLL + (1 - eta) * sg[exp(-NLL)] * NLL (1 is plain cross-entropy)",
+                ),
+            ),
+        ),
+        CriterionSpec(
+            "emo", "token", "`mean_tokens [(1 - alpha) NLL_t + alpha EMO_t]`", _emo_terms, prepare=_emo_state
+        ),
+        CriterionSpec(
+            "ntl_was",
+            "digit",
+            "`CE + alpha * mean_digits sum_k p_hat_k abs(y - k)`",
+            lambda digits, places, weighting: ntl_was_token_losses(digits),
+        ),
+        CriterionSpec(
+            "ntl_mse",
+            "digit",
+            "`CE + alpha * mean_digits (sum_k p_hat_k k - y)^2`",
+            lambda digits, places, weighting: ntl_mse_token_losses(digits),
+        ),
+        CriterionSpec(
+            "dist2",
+            "digit",
+            "`CE + alpha * mean_digits w_t KL(q_t ‖ p_hat)`, `q_t = softmax_k(-(y - k)^2 / tau)`",
+            _dist2_terms,
+            place_keys=("del_place_weighting",),
+            params=(
+                Param(
+                    "dist2_tau",
+                    1.0,
+                    Bound(
+                        0.01, 100.0, "tau scales the squared digit distance; far outside this q is one-hot or uniform"
+                    ),
+                    "DIST2 temperature tau of the target q = softmax_k(-(y - k)^2 / tau) (paper: 1)",
+                ),
+            ),
+        ),
+        CriterionSpec(
+            "del",
+            "digit",
+            "`CE + alpha * mean_digits u_t mean_k(p_hat_k BCE_k)`",
+            _del_terms,
+            place_keys=_DEL_PLACE_KEYS,
+        ),
+        CriterionSpec(
+            "del_centered",
+            "digit",
+            "`CE + alpha * mean_digits u_t mean_k(p_hat_k BCE(z_k - mean_j z_j, onehot(y)_k))`",
+            _del_centered_terms,
+            place_keys=_DEL_PLACE_KEYS,
+        ),
+        CriterionSpec(
+            "del_dist",
+            "digit",
+            "`CE + alpha * mean_digits u_t mean_k(p_hat_k BCE_k) * sum_k p_hat_k abs(y - k)`",
+            _del_dist_terms,
+            place_keys=_DEL_PLACE_KEYS,
+        ),
+    )
+}
+DIGIT_CRITERIA: tuple[str, ...] = tuple(n for n, c in CRITERIA.items() if c.kind == "digit")
+TOKEN_CRITERIA: tuple[str, ...] = tuple(n for n, c in CRITERIA.items() if c.kind == "token")
+
+
+def criterion_spec(name: str) -> CriterionSpec:
+    try:
+        return CRITERIA[name]
+    except KeyError:
+        raise ValueError(f"unknown criterion {name!r}; choose one of {', '.join(CRITERIA)}") from None
+
+
+# ---------------------------------------------------------------------------------------------- dispatch
+def digit_criterion_terms(
+    criterion: str,
+    digits: DigitTargets,
+    places: torch.Tensor,
+    *,
+    weighting: PlaceWeighting = PlaceWeighting(),
+    **params: float,
+) -> torch.Tensor:
+    """The per-position term of a criterion (float32, 0 off the digit targets); zeros for ``mle`` and the token
+    criteria, which add no digit term. ``places`` are aligned with ``digits`` (:func:`next_token_places`)."""
+    spec = criterion_spec(criterion)
+    checked = spec.check_params(params)
+    if spec.kind != "digit":
+        return torch.zeros(digits.mask.shape, dtype=digits.logits.dtype, device=digits.logits.device)
+    return spec.terms(digits, places, weighting, **checked)
+
+
+def digit_criterion_loss(
+    criterion: str,
+    digits: DigitTargets,
+    places: torch.Tensor,
+    *,
+    alpha: float = 1.0,
+    reduction: Reduction = "mean",
+    weighting: PlaceWeighting = PlaceWeighting(),
+    **params: float,
+) -> torch.Tensor:
+    """``alpha`` times a digit criterion on :class:`DigitTargets` (from logits, hidden states or a capture) and
+    the aligned ``places``: the mean over digit targets (0 when there is none), the sum, or per position."""
+    per_token = digit_criterion_terms(criterion, digits, places, weighting=weighting, **params)
+    return reduce_token_losses(per_token, digits.mask, reduction, alpha)
+
+
+def digit_entropy_loss(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    places: torch.Tensor,
+    vocab: DigitVocab,
+    alpha: float = 1.0,
+    reduction: Reduction = "mean",
+    *,
+    weighting: PlaceWeighting = PlaceWeighting(),
+) -> torch.Tensor:
+    """DEL, ``alpha * L_num``, from full logits ``[..., V]`` and aligned ``targets`` / ``places`` ``[...]``: the
+    ``del`` case of :func:`digit_criterion_loss` on :func:`~del_plugin.core.digits.digit_targets_from_logits`.
+
+    ``targets`` are the labels shifted so that ``logits[..., t, :]`` predicts ``targets[..., t]``
+    (:func:`~del_plugin.core.places.shift_to_next_token`); ``places`` come from
+    :func:`~del_plugin.core.places.next_token_places` on the unshifted labels. Reductions as in
+    :func:`digit_criterion_loss`. Float32 on the ``[..., 10]`` digit slice only.
+    """
+    digits = digit_targets_from_logits(logits, targets, vocab)
+    return digit_criterion_loss("del", digits, places, alpha=alpha, reduction=reduction, weighting=weighting)
+
+
+def token_criterion_terms(
+    criterion: str,
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    alpha: float,
+    ignore_index: int = -100,
+    state: dict | None = None,
+    **params: float,
+) -> TokenCriterionTerms:
+    """The per-position terms of a token criterion (``mixce``, ``emo``) on full logits and aligned ``targets``;
+    ``state`` is what the criterion's ``prepare(model)`` built (EMO's cost embedding)."""
+    spec = criterion_spec(criterion)
+    if spec.kind != "token":
+        raise ValueError(f"{criterion!r} is not a token criterion; those are {', '.join(TOKEN_CRITERIA)}")
+    checked = spec.check_params(params)
+    return spec.terms(logits, targets, alpha=alpha, ignore_index=ignore_index, **checked, **(state or {}))

@@ -221,7 +221,7 @@ def test_emo_hand_worked():
     # y = 2: emo = 1 - (2/5 * 1/sqrt2 + 1/5 * 1/sqrt2 + 0) = 1 - 3/(5 sqrt2)
     emo = [1 - 1 / (5 * SQRT2), 1 - 3 / (5 * SQRT2)]
     nll = [math.log(5 / 2), math.log(5.0)]
-    assert terms.cost.tolist() == pytest.approx(emo, rel=1e-6)
+    assert terms.extras["emo_cost"].tolist() == pytest.approx(emo, rel=1e-6)
     assert terms.nll.tolist() == pytest.approx(nll, rel=1e-6)
     # 0.5 * (NLL + NLL / emo * emo) = NLL in value
     assert terms.loss.tolist() == pytest.approx(nll, rel=1e-6)
@@ -509,7 +509,7 @@ def test_token_criteria_finite_in_half_precision(criterion, dtype):
     labels[0, 0] = -100
     terms = token_criterion_terms(criterion, logits, labels, alpha=1.0, state=emo_state(criterion, weight))
     assert terms.loss.dtype == torch.float32
-    for part in terms:
+    for part in (terms.loss, terms.nll, terms.mask, *terms.extras.values()):
         assert torch.isfinite(part.float()).all()
     terms.loss.sum().backward()
     assert logits.grad.dtype == dtype and torch.isfinite(logits.grad).all()
@@ -592,7 +592,8 @@ def small_dataset(tmp_path_factory):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"del_criterion": "del2"}, r"del_criterion\n.*'mle', 'mixce', 'emo'"),
+        ({"del_criterion": "del2"}, r"del_criterion\n.*unknown criterion 'del2'.*choose one of mle, mixce, emo"),
+        ({"del_criterion": "del_centred"}, r"unknown criterion 'del_centred' \(did you mean 'del_centered'\?\)"),
         (
             {"del_criterion": "mixce", "del_alpha": 1.0, "del_mixce_eta": 1.5},
             r"`del_mixce_eta: 1.5` is outside \[0, 1\]",

@@ -1,21 +1,24 @@
 """Config keys of the DEL plugin, validated with the rest of the Axolotl config, before any model is loaded.
 
-The fields come from the criteria registry (:data:`~del_plugin.core.criteria.CRITERIA`), the place weights
-(:class:`~del_plugin.core.places.PlaceWeighting`) and :class:`~del_plugin.hf.settings.DELSettings`, which hold the
-defaults and bounds; each validator below checks one rule and is named for it.
+:class:`DELArgs` declares DEL's own keys; each criterion parameter of the registry
+(:data:`~del_plugin.core.criteria.CRITERIA`, e.g. ``del_mixce_eta``) gets a field from its entry
+(:class:`CriterionParamArgs`), so a new criterion needs no edit here. Defaults and bounds live with
+:class:`~del_plugin.core.places.PlaceWeighting` and :class:`~del_plugin.hf.settings.DELSettings`; each validator
+below checks one rule and is named for it.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
-from typing import Any, Literal
+from typing import Any
 
 from axolotl.utils.logging import get_logger
-from pydantic import BaseModel, Field, create_model, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
-from ..core.criteria import CRITERIA
+from ..core.criteria import CRITERIA, criteria_names, criterion_spec
 from ..core.places import PlaceWeighting
 from ..hf.settings import DEFAULT_ALPHA, DELSettings
 
@@ -71,67 +74,94 @@ def _criterion(data: dict) -> str | None:
     return criterion if criterion in CRITERIA else None
 
 
-def _field(kind: Any, default: Any, description: str) -> tuple:
-    """A config field: its type, default and description (numbers must be finite)."""
-    extra = {"allow_inf_nan": False} if kind is float else {}
-    return kind, Field(default=default, json_schema_extra={"description": description}, **extra)
+def _when_enabled(rule):
+    """A before-validator's rule, run only on a raw config (a dict) that lists the plugin: the PluginManager is a
+    process-wide singleton, so configs without the plugin reach these validators too. The rule raises or passes;
+    the data goes on unchanged."""
+
+    @functools.wraps(rule)
+    def checked(cls, data: Any) -> Any:
+        if isinstance(data, dict) and plugin_enabled(data):
+            rule(cls, data)
+        return data
+
+    return checked
 
 
-def _field_definitions() -> dict[str, Any]:
-    weighting = PlaceWeighting()
-    fields: dict[str, Any] = {
-        "del_alpha": _field(
-            float,
-            DEFAULT_ALPHA,
-            "Weight of the digit term: L = CE + del_alpha * L_num, L_num the mean over all digit targets of an "
-            "optimizer step (all micro-batches and GPUs), in [0, 100]; 0 trains with cross-entropy alone and "
-            "still logs the digit metrics. For mixce / emo: the interpolation (1 - del_alpha) * CE + del_alpha * "
-            "criterion, in [0, 1], required. To reproduce the reference scripts, see the README's conversion.",
-        ),
-        "del_criterion": _field(
-            Literal[tuple(CRITERIA)],
-            DELSettings.criterion,
-            f"Training criterion, one of {', '.join(CRITERIA)} (docs/criteria.md).",
-        ),
-        "del_place_weighting": _field(
-            bool,
-            weighting.enabled,
-            "Weight each digit by its place in the number (u = slope*(i+1) for integer place i, base**(i-1) for "
-            "decimal places). false: every digit weighs 1.",
-        ),
-        "del_integer_slope": _field(
-            float, weighting.integer_slope, "Slope of the integer-place weight u = slope*(i+1), in (0, 100] (paper: 2)."
-        ),
-        "del_decimal_base": _field(
-            float, weighting.decimal_base, "Base of the decimal-place weight u = base**(i-1), in [1, 10] (paper: 1.02)."
-        ),
-    }
-    for spec in CRITERIA.values():
-        for param in spec.params:
-            fields[param.key] = _field(float, param.default, f"{param.doc}; del_criterion: {spec.name} only.")
-    return fields
+def _finite(default: Any, description: str) -> Any:
+    return Field(default=default, allow_inf_nan=False, json_schema_extra={"description": description})
 
 
-_FIELDS = _field_definitions()
-_NUMBER_KEYS = tuple(key for key, (kind, _) in _FIELDS.items() if kind is float)
+CriterionParamArgs = create_model(
+    "CriterionParamArgs",
+    __doc__="One optional float field per criterion parameter of the registry (its config key, default and doc).",
+    **{
+        param.key: (float, _finite(param.default, f"{param.doc}; del_criterion: {spec.name} only."))
+        for spec in CRITERIA.values()
+        for param in spec.params
+    },
+)
 
 
-class _DELValidators(BaseModel):
-    """The rules a field's own type cannot express, one validator per rule."""
+class DELArgs(CriterionParamArgs):
+    """Input args for the Digit Entropy Loss."""
 
-    @field_validator(*_NUMBER_KEYS, mode="before", check_fields=False)
+    del_alpha: float = _finite(
+        DEFAULT_ALPHA,
+        "Weight of the digit term: L = CE + del_alpha * L_num, L_num the mean over all digit targets of an "
+        "optimizer step (all micro-batches and GPUs), in [0, 100]; 0 trains with cross-entropy alone and still logs "
+        "the digit metrics. For a criterion that replaces cross-entropy ("
+        + criteria_names(needs_full_logits=True)
+        + "): "
+        "the interpolation (1 - del_alpha) * CE + del_alpha * criterion, in [0, 1], required. To reproduce the "
+        "reference scripts, see docs/examples.md's conversion.",
+    )
+    del_criterion: str = Field(
+        default=DELSettings.criterion,
+        json_schema_extra={
+            "description": f"Training criterion, one of {criteria_names()} (docs/criteria.md).",
+            "enum": list(CRITERIA),
+        },
+    )
+    del_place_weighting: bool = Field(
+        default=PlaceWeighting.enabled,
+        json_schema_extra={
+            "description": "Weight each digit by its place in the number (u = slope*(i+1) for integer place i, "
+            "base**(i-1) for decimal places). false: every digit weighs 1."
+        },
+    )
+    del_integer_slope: float = _finite(
+        PlaceWeighting.integer_slope, "Slope of the integer-place weight u = slope*(i+1), in (0, 100] (paper: 2)."
+    )
+    del_decimal_base: float = _finite(
+        PlaceWeighting.decimal_base, "Base of the decimal-place weight u = base**(i-1), in [1, 10] (paper: 1.02)."
+    )
+
+    @field_validator("del_criterion", mode="before")
+    @classmethod
+    def check_criterion_name(cls, value: Any) -> Any:
+        """An unknown criterion, with the closest name (``del_centred`` -> ``del_centered``)."""
+        try:
+            criterion_spec(value)
+        except ValueError as err:
+            _refuse(f"del_criterion: {err}")
+        return value
+
+    @field_validator(
+        "del_alpha", "del_integer_slope", "del_decimal_base", *CriterionParamArgs.model_fields, mode="before"
+    )
     @classmethod
     def refuse_booleans_as_numbers(cls, value: Any, info) -> Any:
+        """YAML's ``true`` would otherwise pass as the number 1."""
         if isinstance(value, bool):
             raise ValueError(f"`{info.field_name}` must be a number, not a boolean ({value})")
         return value
 
     @model_validator(mode="before")
     @classmethod
-    def refuse_unknown_del_keys(cls, data: Any) -> Any:
+    @_when_enabled
+    def refuse_unknown_del_keys(cls, data: dict) -> None:
         """A misspelled ``del_`` key would otherwise be dropped silently and its default used."""
-        if not isinstance(data, dict) or not plugin_enabled(data):
-            return data
         known = set(DELArgs.model_fields)
         unknown = sorted(k for k in data if isinstance(k, str) and k.startswith("del_") and k not in known)
         if unknown:
@@ -143,19 +173,28 @@ class _DELValidators(BaseModel):
                 f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; the DEL keys are "
                 f"{', '.join(sorted(known))}"
             )
-        return data
 
     @model_validator(mode="before")
     @classmethod
-    def check_criterion_settings(cls, data: Any) -> Any:
+    @_when_enabled
+    def check_criterion_settings(cls, data: dict) -> None:
         """The criterion, its weight and parameters and the place weights, with the reason for each bound."""
-        if not isinstance(data, dict) or not plugin_enabled(data) or _criterion(data) is None:
-            return data
+        criterion = _criterion(data)
+        if criterion is None:
+            return
         try:
             DELSettings.from_config(data)
         except (TypeError, ValueError) as err:
             _refuse(str(err))
+
+    @model_validator(mode="before")
+    @classmethod
+    @_when_enabled
+    def warn_keys_of_other_criteria(cls, data: dict) -> None:
+        """A criterion's own key set beside another criterion is not used: said, not silently ignored."""
         criterion = _criterion(data)
+        if criterion is None:
+            return
         for spec in CRITERIA.values():
             for param in spec.params:
                 if data.get(param.key) is not None and spec.name != criterion:
@@ -166,18 +205,19 @@ class _DELValidators(BaseModel):
                         criterion,
                     )
         if CRITERIA[criterion].kind == "none" and data.get("del_alpha") not in (None, 0, 0.0):
-            LOG.warning("del_plugin: `del_criterion: mle` trains with cross-entropy alone; `del_alpha` is not used")
-        return data
+            LOG.warning(
+                "del_plugin: `del_criterion: %s` trains with cross-entropy alone; `del_alpha` is not used", criterion
+            )
 
     @model_validator(mode="before")
     @classmethod
-    def refuse_other_losses_with_token_criteria(cls, data: Any) -> Any:
-        """mixce / emo replace the cross-entropy: another replacement, or a kernel that never runs, is refused."""
-        if not isinstance(data, dict) or not plugin_enabled(data):
-            return data
+    @_when_enabled
+    def refuse_other_losses_with_full_logit_criteria(cls, data: dict) -> None:
+        """A criterion that replaces the cross-entropy from the full logits: another replacement, or a kernel that
+        never builds the logits, is refused."""
         criterion = _criterion(data)
-        if criterion is None or CRITERIA[criterion].kind != "token":
-            return data
+        if criterion is None or not CRITERIA[criterion].needs_full_logits:
+            return
         if data.get("label_smoothing_factor"):
             _refuse(
                 f"`label_smoothing_factor` and `del_criterion: {criterion}` both replace the cross-entropy; remove one"
@@ -192,17 +232,15 @@ class _DELValidators(BaseModel):
             _refuse(
                 f"`del_criterion: {criterion}` replaces the cross-entropy with a loss on the full softmax over "
                 f"the vocabulary, so {', '.join(f'`{k}`' for k in kernels)} would not run (and a fused kernel's "
-                "memory saving would be lost); use a digit criterion (del, del_dist, ntl_was, ntl_mse, dist2, "
-                "mle) with it, or remove it"
+                f"memory saving would be lost); use a criterion that works beside it "
+                f"({criteria_names(needs_full_logits=False)}), or remove it"
             )
-        return data
 
     @model_validator(mode="before")
     @classmethod
-    def refuse_lora_head_with_fused_loss(cls, data: Any) -> Any:
+    @_when_enabled
+    def refuse_lora_head_with_fused_loss(cls, data: dict) -> None:
         """Fused kernels read ``lm_head.weight`` (the base weight): a LoRA adapter on the head would not train."""
-        if not isinstance(data, dict) or not plugin_enabled(data):
-            return data
         fused = fused_cross_entropy(data)
         if fused and lora_targets_head(data.get("lora_target_modules")):
             _refuse(
@@ -211,25 +249,23 @@ class _DELValidators(BaseModel):
                 "cross-entropy would train without it while DEL and evaluation see it; train the head with "
                 "`lora_modules_to_save: [lm_head]` instead, or use plain cross-entropy"
             )
-        return data
 
     @model_validator(mode="before")
     @classmethod
-    def refuse_deepspeed_zero3(cls, data: Any) -> Any:
+    @_when_enabled
+    def refuse_deepspeed_zero3(cls, data: dict) -> None:
         """ZeRO-3 partitions the head weight, whose digit rows DEL reads inside the forward."""
-        if isinstance(data, dict) and plugin_enabled(data) and zero_stage(data.get("deepspeed")) == 3:
+        if zero_stage(data.get("deepspeed")) == 3:
             _refuse(
                 "DeepSpeed ZeRO-3 partitions the LM head weight, and DEL reads ten of its rows in the forward "
                 "pass; use ZeRO-2 (`deepspeed: deepspeed_configs/zero2.json`) or FSDP"
             )
-        return data
 
     @model_validator(mode="before")
     @classmethod
-    def refuse_modes_other_than_sft(cls, data: Any) -> Any:
+    @_when_enabled
+    def refuse_modes_other_than_sft(cls, data: dict) -> None:
         """DEL's trainer does supervised fine-tuning; other modes would silently run without it."""
-        if not isinstance(data, dict) or not plugin_enabled(data):
-            return data
         if data.get("rl") or data.get("reward_model") or data.get("process_reward_model"):
             kind = "rl: " + str(data.get("rl")) if data.get("rl") else "reward modelling"
             _refuse(f"DEL applies to supervised fine-tuning only, but this config trains with {kind}")
@@ -241,7 +277,6 @@ class _DELValidators(BaseModel):
             _refuse("DEL does not support sequence/context parallelism; set context_parallel_size: 1")
         if data.get("orpo_alpha"):
             _refuse("DEL does not support ORPO (`orpo_alpha`)")
-        return data
 
     @model_validator(mode="after")
     def check_model_architecture(self):
@@ -283,6 +318,3 @@ class _DELValidators(BaseModel):
                 revision=getattr(self, "revision_of_model", None),
             )
         return self
-
-
-DELArgs = create_model("DELArgs", __base__=_DELValidators, __doc__="Input args for the Digit Entropy Loss.", **_FIELDS)

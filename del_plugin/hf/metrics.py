@@ -12,6 +12,9 @@ from ..core.digits import DigitTargets, digit_correct, digit_entropy
 __all__ = ["DigitMetrics"]
 
 SPLITS = ("train", "eval")
+# the sums of a token criterion's logged extras are kept under this prefix, and their target-token count here
+TOKEN_MEAN = "token_mean:"
+TARGET_TOKENS = "target_tokens"
 
 
 class DigitMetrics:
@@ -57,15 +60,21 @@ class DigitMetrics:
         self._add("eval", "weight", torch.tensor(float(batch_size), device=ce.device))
 
     @torch.no_grad()
-    def add_digits(self, split: str, digits: DigitTargets, l_sum: torch.Tensor, extra: dict | None = None) -> None:
+    def add_digits(self, split: str, digits: DigitTargets, l_sum: torch.Tensor) -> None:
         """The digit statistics of one batch: ``l_num`` (the criterion's unweighted sum), count, entropy, correct."""
         mask = digits.mask
         self._add(split, "l_num", l_sum.detach().float())
         self._add(split, "digits", mask.sum())
         self._add(split, "entropy", torch.where(mask, digit_entropy(digits.logits.detach()), 0.0).sum())
         self._add(split, "correct", digit_correct(digits).sum())
-        for key, value in (extra or {}).items():
-            self._add(split, key, value.detach())
+
+    @torch.no_grad()
+    def add_token_terms(self, split: str, tokens: torch.Tensor, sums: dict[str, torch.Tensor]) -> None:
+        """A token criterion's logged extras of one batch (their sums over its ``tokens`` target tokens), each
+        logged under its own name as its mean over target tokens."""
+        self._add(split, TARGET_TOKENS, tokens.detach())
+        for name, value in sums.items():
+            self._add(split, TOKEN_MEAN + name, value.detach().float())
 
     def reset(self, split: str) -> None:
         self.sums[split] = {}
@@ -96,6 +105,8 @@ class DigitMetrics:
             "digit_accuracy": values["correct"] / digits if digits else 0.0,
             "digit_targets": digits,
         }
-        if values.get("target_tokens") and "emo_cost" in values:
-            logs["emo_cost"] = values["emo_cost"] / values["target_tokens"]
+        tokens = values.get(TARGET_TOKENS, 0.0)
+        for key, value in values.items():
+            if key.startswith(TOKEN_MEAN):
+                logs[key[len(TOKEN_MEAN) :]] = value / tokens if tokens else 0.0
         return {prefix + key: value for key, value in logs.items()}

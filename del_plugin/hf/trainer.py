@@ -11,7 +11,7 @@ same for any micro-batch size, accumulation and GPU count.
 
 The mixin's state is five named objects: ``del_settings`` (:class:`DELSettings`), ``del_vocab``, ``del_capture``
 (the digit logits read from the final hidden states, whatever computes the cross-entropy), ``del_metrics``
-(:class:`DigitMetrics`) and, for ``mixce`` / ``emo``, the Trainer's own ``compute_loss_func``
+(:class:`DigitMetrics`) and, for a token criterion, the Trainer's own ``compute_loss_func``
 (:class:`TokenCriterionLoss`).
 """
 
@@ -34,11 +34,12 @@ LOG = logging.get_logger(__name__)
 
 
 class TokenCriterionLoss:
-    """A ``compute_loss_func`` for a token criterion (``mixce``, ``emo``), normalised like transformers' causal-LM
-    cross-entropy: the sum over target tokens divided by ``num_items_in_batch`` when given, else the token mean.
+    """A ``compute_loss_func`` for a token criterion (one that replaces cross-entropy), normalised like
+    transformers' causal-LM cross-entropy: the sum over target tokens divided by ``num_items_in_batch`` when given,
+    else the token mean.
 
     ``last_parts`` holds, after each call, the plain cross-entropy on the same normalisation (for logging), the
-    summed EMO cost and the number of target tokens."""
+    number of target tokens and the sums of the criterion's logged extras (``TokenCriterionTerms.extras``)."""
 
     def __init__(self, settings: DELSettings, state: dict | None = None):
         self.settings = settings
@@ -64,8 +65,8 @@ class TokenCriterionLoss:
             denom = terms.mask.sum().clamp(min=1).float()
         self.last_parts = {
             "ce": terms.nll.detach().sum() / denom,
-            "cost": terms.cost.detach().sum(),
             "tokens": terms.mask.sum(),
+            "extras": {name: value.detach().sum() for name, value in terms.extras.items()},
         }
         return terms.loss.sum() / denom
 
@@ -162,7 +163,7 @@ class DELTrainerMixin:
             loss, outputs = super().compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
             )
-        ce_logged, extra = self._token_criterion_parts(loss, num_items_in_batch)
+        ce_logged, token_terms = self._token_criterion_parts(loss, num_items_in_batch)
         digits = self.del_capture.digit_targets(targets)
         l_sum = digit_criterion_terms(
             settings.criterion, digits, places.to(digits.logits.device), weighting=settings.weighting, **settings.params
@@ -180,7 +181,9 @@ class DELTrainerMixin:
             metrics.add_train(ce_logged, del_term, scale, self.args.logging_nan_inf_filter)
         else:
             metrics.add_eval(ce_logged, del_term, labels.shape[0])
-        metrics.add_digits(split, digits, l_sum, extra)
+        metrics.add_digits(split, digits, l_sum)
+        if token_terms is not None:
+            metrics.add_token_terms(split, *token_terms)
         if alpha > 0:
             loss = loss + del_term
         return (loss, outputs) if return_outputs else loss
@@ -223,20 +226,17 @@ class DELTrainerMixin:
             )
 
     def _token_criterion_parts(self, loss, num_items_in_batch):
-        """(the plain cross-entropy to log, extra sums): for mixce / emo the CE of their NLL, scaled as the Trainer
-        scales the returned loss; for the other criteria the loss itself."""
+        """(the plain cross-entropy to log, (target tokens, sums of the criterion's logged extras) or None): for a
+        token criterion the CE of its NLL, scaled as the Trainer scales the returned loss; else the loss itself."""
         criterion_loss = self.compute_loss_func if isinstance(self.compute_loss_func, TokenCriterionLoss) else None
         if criterion_loss is None or criterion_loss.last_parts is None:
-            return loss, {}
+            return loss, None
         parts, criterion_loss.last_parts = criterion_loss.last_parts, None
         scale = 1
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # mirrors Trainer.compute_loss's factor for losses normalised by num_items_in_batch
             scale = self.accelerator.num_processes // self.get_tp_size() if self.args.n_gpu <= 1 else self.args.n_gpu
-        extra = {"target_tokens": parts["tokens"]}
-        if self.del_settings.criterion == "emo":
-            extra["emo_cost"] = parts["cost"]
-        return parts["ce"] * scale, extra
+        return parts["ce"] * scale, (parts["tokens"], parts["extras"])
 
     # ------------------------------------------------------------------ logging
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

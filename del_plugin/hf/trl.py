@@ -14,14 +14,15 @@ What SFTTrainer brings, and what DEL does with it (checked with TRL 1.14.1):
 * ``loss_type``: DEL reads its digit logits from the final hidden states, so the digit term is the same under
   ``"nll"``, ``"chunked_nll"`` (TRL's default, whose patched forward returns no logits), ``"dft"`` (a
   ``compute_loss_func``; the logged ``ce_loss`` is then the DFT loss) and Liger's fused loss. A token criterion
-  (``mixce``, ``emo``) replaces the loss with one computed from the full logits, so it needs ``loss_type="nll"``
-  without Liger; the other combinations are refused when DEL is set up.
+  (one that replaces cross-entropy, such as MixCE) replaces the loss with one computed from the full logits, so it
+  needs ``loss_type="nll"`` without Liger; the other combinations are refused when DEL is set up.
 """
 
 from __future__ import annotations
 
 from trl import SFTTrainer
 
+from ..core.criteria import criteria_names
 from .settings import DELSettings
 from .trainer import DELTrainerMixin
 
@@ -37,23 +38,24 @@ class DELSFTTrainer(DELTrainerMixin, SFTTrainer):
 
 
 def check_sft_loss(settings: DELSettings, args) -> None:
-    """Refuse a token criterion (``mixce``, ``emo``) with an SFT loss it cannot replace: it computes the loss
-    itself from the full ``[B, T, V]`` logits, as the Trainer's ``compute_loss_func``."""
-    if settings.spec.kind != "token":
+    """Refuse a criterion that replaces the cross-entropy from the full ``[B, T, V]`` logits (as the Trainer's
+    ``compute_loss_func``) beside an SFT loss it cannot replace."""
+    if not settings.spec.needs_full_logits:
         return
     name = settings.criterion
+    others = criteria_names(needs_full_logits=False)
     if getattr(args, "use_liger_kernel", False):
         raise ValueError(
             f"del_plugin: del_criterion `{name}` computes its loss from the full logits, which Liger's fused "
             f"cross-entropy (use_liger_kernel=True) never builds; set use_liger_kernel=False and loss_type='nll', or "
-            "choose a digit criterion (del, del_dist, ntl_was, ...), which works with Liger"
+            f"choose a criterion that works with Liger ({others})"
         )
     loss_type = getattr(args, "loss_type", None)
     if loss_type == "dft":
         raise ValueError(
             f"del_plugin: del_criterion `{name}` and SFTConfig(loss_type='dft') each replace the cross-entropy with "
             f"a loss of their own and cannot be combined; use loss_type='nll' to train with `{name}`, or keep DFT "
-            "with a digit criterion (del, del_dist, ntl_was, ...), which adds to the DFT loss"
+            f"with a criterion that adds to it ({others})"
         )
     if loss_type != "nll":
         raise ValueError(

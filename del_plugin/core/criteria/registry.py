@@ -1,7 +1,13 @@
-"""The registry of training criteria (:data:`CRITERIA`) and their dispatch."""
+"""The registry of training criteria and their dispatch: one :class:`CriterionSpec` per criterion in
+:data:`CRITERIA` holds everything the rest of the package needs to know of it (kind, formula, parameters, place keys,
+extra state, logged extras, whether it needs the full logits), so that adding a criterion is one function and one
+entry here: the config fields, their validation, the dispatch, the logs, the refusals, the docs table and the
+ablation configs follow from it. No criterion is named anywhere else.
+"""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,6 +36,7 @@ __all__ = [
     "CriterionSpec",
     "Param",
     "Reduction",
+    "criteria_names",
     "criterion_spec",
     "digit_criterion_loss",
     "digit_criterion_terms",
@@ -59,16 +66,21 @@ def reduce_token_losses(
 # ---------------------------------------------------------------------------------------------- the registry
 @dataclass(frozen=True)
 class Param:
-    """A criterion's own parameter: config key ``del_<name>``, a finite float within ``bound``."""
+    """A criterion's own parameter: config key ``key`` (``del_<name>``), a finite float within ``bound``; the
+    criterion's ``terms`` receive it as ``name``."""
 
-    name: str
+    key: str
     default: float
     bound: Bound
     doc: str
 
+    def __post_init__(self) -> None:
+        if not self.key.startswith("del_"):
+            raise ValueError(f"a criterion parameter's config key starts with 'del_', got {self.key!r}")
+
     @property
-    def key(self) -> str:
-        return f"del_{self.name}"
+    def name(self) -> str:
+        return self.key.removeprefix("del_")
 
     def check(self, value: Any) -> float:
         return self.bound.check(self.key, value)
@@ -76,17 +88,18 @@ class Param:
 
 @dataclass(frozen=True)
 class CriterionSpec:
-    """One training criterion. ``kind``: ``"digit"`` terms are added to cross-entropy (``CE + alpha * mean over
-        digit targets``), ``"token"`` losses replace it (``alpha`` interpolates, in [0, 1], and must be set), ``"none"``
-        is cross-entropy alone.
+    """One training criterion.
 
-        ``terms`` computes the per-position term: for a digit criterion ``terms(digits, places, weighting, **params)``
-        (zeros off the digit targets), for a token criterion ``terms(logits, labels, alpha=, ignore_index=, **params,
-        **state)`` returning :class:`TokenCriterionTerms`. ``prepare(model)`` builds extra state a token criterion needs
-        once per run (EMO's cost embedding). ``formula`` is the loss as the docs table shows it; ``place_keys`` are the
-    place-weight keys it reads (:class:`~del_plugin.core.places.PlaceWeighting`). Adding a criterion is one function
-    and one entry in :data:`CRITERIA`: the config fields, their validation, the dispatch, the docs table and the
-    ablation configs follow from it."""
+    ``kind``: ``"digit"`` terms are added to cross-entropy (``CE + alpha * mean over digit targets``), ``"token"``
+    losses replace it (``alpha`` interpolates, in [0, 1], and must be set), ``"none"`` is cross-entropy alone.
+    ``terms`` computes the per-position term: for a digit criterion ``terms(digits, places, weighting, **params)``
+    (zeros off the digit targets), for a token criterion ``terms(logits, labels, alpha=, ignore_index=, **params,
+    **state)`` returning :class:`~del_plugin.core.criteria.token.TokenCriterionTerms`, whose ``extras`` are logged
+    under their names. ``prepare(model)`` builds extra state a criterion needs once per run (EMO's cost embedding).
+    ``formula`` is the loss as the docs table shows it; ``place_keys`` are the place-weight keys it reads
+    (:class:`~del_plugin.core.places.PlaceWeighting`). A token criterion reads the full ``[..., V]`` logits
+    (:attr:`needs_full_logits`): fused cross-entropy kernels, which never build them, are refused beside it.
+    """
 
     name: str
     kind: Literal["digit", "token", "none"]
@@ -95,6 +108,11 @@ class CriterionSpec:
     params: tuple[Param, ...] = ()
     place_keys: tuple[str, ...] = ()
     prepare: Callable[[Any], dict] | None = None
+
+    @property
+    def needs_full_logits(self) -> bool:
+        """Whether the criterion computes its loss from the full ``[..., V]`` logits (it replaces cross-entropy)."""
+        return self.kind == "token"
 
     def check_params(self, params: dict) -> dict[str, float]:
         """Every parameter of this criterion, checked, with defaults filled in."""
@@ -155,7 +173,7 @@ CRITERIA: dict[str, CriterionSpec] = {
             ),
             params=(
                 Param(
-                    "mixce_eta",
+                    "del_mixce_eta",
                     0.5,
                     Bound(0.0, 1.0, "eta weighs the forward cross-entropy against the reverse one"),
                     "MixCE mixing ratio eta: eta * NLL + (1 - eta) * sg[exp(-NLL)] * NLL (1 is plain cross-entropy)",
@@ -185,7 +203,7 @@ CRITERIA: dict[str, CriterionSpec] = {
             place_keys=("del_place_weighting",),
             params=(
                 Param(
-                    "dist2_tau",
+                    "del_dist2_tau",
                     1.0,
                     Bound(
                         0.01, 100.0, "tau scales the squared digit distance; far outside this q is one-hot or uniform"
@@ -225,7 +243,20 @@ def criterion_spec(name: str) -> CriterionSpec:
     try:
         return CRITERIA[name]
     except KeyError:
-        raise ValueError(f"unknown criterion {name!r}; choose one of {', '.join(CRITERIA)}") from None
+        close = difflib.get_close_matches(str(name), list(CRITERIA), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown criterion {name!r}{hint}; choose one of {', '.join(CRITERIA)}") from None
+
+
+def criteria_names(*, needs_full_logits: bool | None = None, kind: str | None = None) -> str:
+    """The registered criteria's names, comma-separated, optionally only those that do (or do not) need the full
+    logits, or of one kind: what error messages list, so that no message types the list out."""
+    return ", ".join(
+        name
+        for name, spec in CRITERIA.items()
+        if (needs_full_logits is None or spec.needs_full_logits == needs_full_logits)
+        and (kind is None or spec.kind == kind)
+    )
 
 
 # ---------------------------------------------------------------------------------------------- dispatch

@@ -32,14 +32,15 @@ class TokenCriterionTerms(NamedTuple):
     """Per-position terms of a criterion that replaces cross-entropy, all float32, 0 off the targets.
 
     ``loss`` is what is minimised (``(1 - alpha) * nll + alpha * criterion``); ``nll`` the plain cross-entropy
-    (for logging); ``mask`` marks the targets (labels != ``ignore_index``); ``cost`` is EMO's transport cost
-    ``emo_t`` (zeros for MixCE).
+    (for logging); ``mask`` marks the targets (labels != ``ignore_index``); ``extras`` are the criterion's own
+    per-position values worth logging, by log name (EMO's transport cost ``emo_cost``), each logged as its mean
+    over the target tokens.
     """
 
     loss: torch.Tensor
     nll: torch.Tensor
     mask: torch.Tensor
-    cost: torch.Tensor
+    extras: dict[str, torch.Tensor]
 
 
 def _check_alpha(alpha: float) -> None:
@@ -83,7 +84,7 @@ def mixce_token_losses(
     nll = token_nll(logits, labels, ignore_index)
     mixce = eta * nll + (1.0 - eta) * torch.exp(-nll.detach()) * nll
     loss = torch.where(mask, (1.0 - alpha) * nll + alpha * mixce, 0.0)
-    return TokenCriterionTerms(loss, torch.where(mask, nll, 0.0), mask, torch.zeros_like(nll))
+    return TokenCriterionTerms(loss, torch.where(mask, nll, 0.0), mask, {})
 
 
 @torch.no_grad()
@@ -136,4 +137,4 @@ def emo_token_losses(
     emo = 1.0 - overlap + target_mass * (e_y * e_y).sum(-1)
     emo_loss = 0.5 * (nll + (nll / (emo + EMO_EPS)).detach() * emo)
     loss = torch.where(mask, (1.0 - alpha) * nll + alpha * emo_loss, 0.0)
-    return TokenCriterionTerms(loss, torch.where(mask, nll, 0.0), mask, torch.where(mask, emo, 0.0))
+    return TokenCriterionTerms(loss, torch.where(mask, nll, 0.0), mask, {"emo_cost": torch.where(mask, emo, 0.0)})

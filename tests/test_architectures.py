@@ -196,7 +196,7 @@ def test_digit_logits_equal_the_models_own(model_type):
     torch.testing.assert_close(capture.digit_logits(), theirs, rtol=1e-5, atol=1e-5)
     # the transforms set in CONFIGS really change the logits here (the test would pass on an identity otherwise)
     if capture.transform is not None:
-        raw = capture._logits
+        raw = capture.reader.raw_logits
         assert (raw - theirs).abs().max() > 0.05, capture.transform.description
     difference = capture.check_against_logits(model, batch["input_ids"], batch["attention_mask"])
     assert difference is not None and difference <= 1e-5 and capture.verified

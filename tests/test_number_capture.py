@@ -291,7 +291,7 @@ def test_a_forward_is_read_once_and_then_let_go():
         capture.digit_logits()  # number slots depend on the target
     first = capture.digit_targets(targets)
     assert capture.digit_targets(targets) is first
-    assert capture._hidden is None  # the decoder's output is not kept past its read
+    assert capture.reader.forward is None  # the decoder's output is not kept past its read
     with pytest.raises(DigitCaptureError, match="read once"):
         capture.digit_targets(targets.clone())
 

@@ -16,11 +16,13 @@ The head's effective weight: ``head.weight`` is the weight itself, the tied inpu
 dropout mask) and adds the digit rows of ``B``. Fused cross-entropy kernels read ``head.weight`` without the
 adapter, so an adapter that did not run in an armed forward is an error, not a silent zero.
 
-Number tokens (Llama-3's '123', :mod:`~del_plugin.core.digits`). The logits a digit slot reads depend on its
-target, so with a vocabulary that has them the hook keeps the decoder's output (the tensor the head's backward
-saves anyway: no copy) and :meth:`DigitLogitsCapture.digit_targets` computes ``h · W[number rows]ᵀ`` only at the
-positions whose target is a number token, after the forward. The head's weight must still be whole then (it is in
-the root FSDP unit, which FSDP does not reshard after the forward).
+Two readers, chosen by the vocabulary at construction: single digit tokens (:class:`_SingleDigitReader`, the
+``[B, T, F, 10]`` digit logits computed inside the forward) and number tokens (Llama-3's '123',
+:class:`_NumberTokenReader`, :mod:`~del_plugin.core.digits`). The logits a digit slot reads depend on its target,
+so the number-token reader keeps the decoder's output (the tensor the head's backward saves anyway: no copy) and
+computes ``h · W[number rows]ᵀ`` only at the positions whose target is a number token, after the forward. The
+head's weight must still be whole then (it is in the root FSDP unit, which FSDP does not reshard after the
+forward).
 
 No transformers or PEFT import: modules are recognised by their attributes.
 """
@@ -134,6 +136,148 @@ class _LoraHead:
             if not isinstance(self.head.lora_B[name], torch.nn.Linear):
                 raise DigitCaptureError(f"the LoRA adapter {name!r} on the LM head is not a linear adapter")
 
+    def delta(self, name: str, projected: torch.Tensor, row_ids: torch.Tensor) -> torch.Tensor:
+        """The adapter ``name``'s float32 contribution ``scaling * B[rows] · A(dropout(h))`` to the head's rows
+        ``row_ids``, from ``projected`` = ``A(dropout(h))`` ``[..., r]`` as the head computed it."""
+        lora_b = self.head.lora_B[name]
+        bias = None if lora_b.bias is None else lora_b.bias[row_ids].float()
+        with torch.autocast(device_type=projected.device.type, enabled=False):
+            return F.linear(projected.float(), lora_b.weight[row_ids].float(), bias) * self.head.scaling[name]
+
+
+class _Forward:
+    """What one armed forward handed a reader: the decoder's output, the head's weight and bias as they were then,
+    whether to build a graph, and the LoRA adapters expected to run on the head."""
+
+    __slots__ = ("hidden", "weight", "bias", "grad", "lora_expected")
+
+    def __init__(self, hidden, weight, bias, grad: bool, lora_expected: list[str]):
+        self.hidden, self.weight, self.bias, self.grad, self.lora_expected = hidden, weight, bias, grad, lora_expected
+
+
+class _DigitReader:
+    """One way of reading a vocabulary's digits from a captured forward (single digit tokens, or number tokens).
+    The capture calls :meth:`on_decoder` and :meth:`on_lora` from its hooks and :meth:`digit_targets` after the
+    forward; :meth:`reset` forgets the forward."""
+
+    def __init__(self, vocab: DigitVocab, lora: _LoraHead | None):
+        self.vocab, self.lora = vocab, lora
+        self.reset()
+
+    def reset(self) -> None:
+        raise NotImplementedError
+
+    def captured(self) -> bool:
+        raise NotImplementedError
+
+    def on_decoder(self, forward: _Forward) -> None:
+        raise NotImplementedError
+
+    def on_lora(self, name: str, projected: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def digit_targets(self, targets: torch.Tensor, transform: LogitTransform | None) -> DigitTargets:
+        raise NotImplementedError
+
+    def check_logits(self, shape: torch.Size, transform: LogitTransform | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(DEL's logits of every row it reads at every position of the forward, ``[B, T, ...]``; the vocabulary ids
+        of those rows, to index the model's own ``[B, T, V]`` logits with)."""
+        raise NotImplementedError
+
+
+class _SingleDigitReader(_DigitReader):
+    """One token per digit: the ``[B, T, F, 10]`` digit logits are computed inside the forward, from the decoder's
+    output and the head's digit rows, and a LoRA adapter's rows are added when it runs."""
+
+    def reset(self) -> None:
+        self.raw_logits: torch.Tensor | None = None  # before the architecture's transform
+        self._final: torch.Tensor | None = None
+        self._grad = False
+
+    def captured(self) -> bool:
+        return self.raw_logits is not None
+
+    def on_decoder(self, forward: _Forward) -> None:
+        with torch.set_grad_enabled(forward.grad):
+            self.raw_logits = digit_logits_from_hidden(forward.hidden, forward.weight, self.vocab, forward.bias)
+        self._grad = forward.grad
+
+    def on_lora(self, name: str, projected: torch.Tensor) -> None:
+        if self.raw_logits is None:
+            raise DigitCaptureError("the LM head's LoRA adapter ran before the decoder returned")
+        ids = self.vocab.family_ids(projected.device).reshape(-1)
+        with torch.set_grad_enabled(self._grad):
+            delta = self.lora.delta(name, projected, ids)
+            self.raw_logits = self.raw_logits + delta.unflatten(-1, self.raw_logits.shape[-2:])
+        self._final = None
+
+    def digit_logits(self, transform: LogitTransform | None) -> torch.Tensor:
+        if self._final is None:
+            self._final = self.raw_logits if transform is None else transform(self.raw_logits)
+        return self._final
+
+    def digit_targets(self, targets: torch.Tensor, transform: LogitTransform | None) -> DigitTargets:
+        logits = self.digit_logits(transform)
+        return select_digit_family(logits, targets.to(logits.device), self.vocab)
+
+    def check_logits(self, shape: torch.Size, transform: LogitTransform | None) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.digit_logits(transform), self.vocab.family_ids(self.raw_logits.device)
+
+
+class _NumberTokenReader(_DigitReader):
+    """Number tokens (Llama-3's '123'): the rows a slot reads depend on its target, so the decoder's output (the
+    tensor the head's backward saves anyway: no copy) and the LoRA adapters' ``A(dropout(h))`` are kept, and the
+    slots are computed in :meth:`digit_targets`, at the positions whose target is a number token. A forward is read
+    for one ``targets`` tensor; the hidden states are then let go."""
+
+    def reset(self) -> None:
+        self.forward: _Forward | None = None
+        self.projected: dict[str, torch.Tensor] = {}
+        self.slots: tuple[torch.Tensor, DigitTargets] | None = None  # the targets read last, and their slots
+
+    def captured(self) -> bool:
+        return self.forward is not None
+
+    def on_decoder(self, forward: _Forward) -> None:
+        self.forward = forward
+
+    def on_lora(self, name: str, projected: torch.Tensor) -> None:
+        if self.forward is None:
+            raise DigitCaptureError("the LM head's LoRA adapter ran before the decoder returned")
+        self.projected[name] = projected
+
+    def digit_targets(self, targets: torch.Tensor, transform: LogitTransform | None) -> DigitTargets:
+        hidden = self.forward.hidden
+        slots = slot_digit_targets(
+            targets.to(hidden.device), self.vocab, lambda positions: self._group_logits(positions, transform)
+        )
+        # the decoder's output is not held past its one read (the result's graph keeps what backward needs)
+        self.forward, self.projected, self.slots = None, {}, (targets, slots)
+        return slots
+
+    def _group_logits(self, positions: list[torch.Tensor], transform: LogitTransform | None) -> list[torch.Tensor]:
+        """Each number group's logits at its flat positions of the captured forward, as the model's own: the head's
+        rows (bias, LoRA adapters) on the decoder's output, then the architecture's transform."""
+        forward = self.forward
+        with torch.set_grad_enabled(forward.grad):
+            z = number_logits_from_hidden(forward.hidden, forward.weight, self.vocab, positions, forward.bias)
+            rows = self.vocab.group_row_ids_on(forward.hidden.device)
+            for name in forward.lora_expected:
+                projected = self.projected[name]
+                flat = projected.reshape(-1, projected.shape[-1])
+                for g, (pos, ids) in enumerate(zip(positions, rows)):
+                    z[g] = z[g] + self.lora.delta(name, flat.index_select(0, pos), ids)
+            if transform is not None:
+                z = [transform(zg) for zg in z]
+        return z
+
+    def check_logits(self, shape: torch.Size, transform: LogitTransform | None) -> tuple[torch.Tensor, torch.Tensor]:
+        # every number row at every position: [B, T, R]
+        device = self.forward.hidden.device
+        everywhere = torch.arange(shape[0] * shape[1], device=device)
+        ours = torch.cat(self._group_logits([everywhere] * len(self.vocab.number_groups), transform), dim=-1)
+        return ours.view(*shape[:2], -1), self.vocab.number_row_ids_on(device)
+
 
 class DigitLogitsCapture:
     """Reads the digit logits of a causal LM's forward from its final hidden states (module docstring).
@@ -148,7 +292,8 @@ class DigitLogitsCapture:
 
     Outside a ``with`` block the hooks do nothing (generation, gradient-checkpoint recomputation). With
     ``differentiable=False`` the digit logits are computed without a graph (metrics only). Raises
-    :class:`DigitCaptureError` at construction for an architecture or head it cannot read exactly.
+    :class:`DigitCaptureError` at construction for an architecture or head it cannot read exactly. How digits are
+    read is the vocabulary's: one token per digit, or number tokens read slot by slot (``self.reader``).
     """
 
     def __init__(self, model: torch.nn.Module, vocab: DigitVocab, *, differentiable: bool = True):
@@ -175,23 +320,23 @@ class DigitLogitsCapture:
         self.lora = _LoraHead(head) if hasattr(head, "lora_A") and hasattr(head, "lora_B") else None
         if self.lora is not None:
             self.lora.check()
+        reader = _NumberTokenReader if vocab.max_digits > 1 else _SingleDigitReader
+        self.reader: _DigitReader = reader(vocab, self.lora)
         self.verified = False  # set by check_against_logits, with the difference it measured
         self.measured_difference: float | None = None
         self._armed = False
-        self._logits: torch.Tensor | None = None
-        self._final: torch.Tensor | None = None
-        # number tokens: the decoder's output and the LoRA adapters' A(dropout(h)), read after the forward
-        self._hidden: torch.Tensor | None = None
-        self._projected: dict[str, torch.Tensor] = {}
-        self._grad = False
-        self._slots: tuple[torch.Tensor, DigitTargets] | None = None  # the targets read last, and their slots
-        self._decoder_calls = 0
-        self._lora_calls: dict[str, int] = {}
-        self._lora_expected: list[str] = []
+        self._reset()
         self._handles = [decoder.register_forward_hook(self._on_decoder)]
         if self.lora is not None:
             for name, module in self.head.lora_A.items():
                 self._handles.append(module.register_forward_hook(self._lora_hook(name)))
+
+    def _reset(self) -> None:
+        """Forget the last captured forward."""
+        self.reader.reset()
+        self._decoder_calls = 0
+        self._lora_calls: dict[str, int] = {}
+        self._lora_expected: list[str] = []
 
     # ------------------------------------------------------------------ hooks
     def _on_decoder(self, module, args, output) -> None:
@@ -208,13 +353,10 @@ class DigitLogitsCapture:
                 f"model_type {self.model_type!r}: the decoder returned {type(output).__name__}, without a last "
                 "hidden state tensor"
             )
-        weight = self._whole_head_weight()
         self._lora_expected = self.lora.active() if self.lora is not None else []
-        if self.vocab.max_digits > 1:
-            self._hidden, self._grad = hidden, torch.is_grad_enabled() and self.differentiable
-            return
-        with torch.set_grad_enabled(torch.is_grad_enabled() and self.differentiable):
-            self._logits = digit_logits_from_hidden(hidden, weight, self.vocab, getattr(self.head, "bias", None))
+        grad = torch.is_grad_enabled() and self.differentiable
+        bias = getattr(self.head, "bias", None)
+        self.reader.on_decoder(_Forward(hidden, self._whole_head_weight(), bias, grad, self._lora_expected))
 
     def _whole_head_weight(self) -> torch.Tensor:
         weight = self.head.weight
@@ -235,45 +377,26 @@ class DigitLogitsCapture:
             if not self._armed or name not in self._lora_expected:
                 return
             self._lora_calls[name] = self._lora_calls.get(name, 0) + 1
-            if self.vocab.max_digits > 1:
-                if self._hidden is None:
-                    raise DigitCaptureError("the LM head's LoRA adapter ran before the decoder returned")
-                self._projected[name] = projected
-                return
-            if self._logits is None:
-                raise DigitCaptureError("the LM head's LoRA adapter ran before the decoder returned")
-            lora_b = self.lora.head.lora_B[name]
-            ids = self.vocab.family_ids(projected.device).reshape(-1)
-            bias = None if lora_b.bias is None else lora_b.bias[ids].float()
-            grad = torch.is_grad_enabled() and self.differentiable
-            with torch.autocast(device_type=projected.device.type, enabled=False), torch.set_grad_enabled(grad):
-                delta = F.linear(projected.float(), lora_b.weight[ids].float(), bias) * self.lora.head.scaling[name]
-            self._logits = self._logits + delta.unflatten(-1, self._logits.shape[-2:])
-            self._final = None
+            self.reader.on_lora(name, projected)
 
         return on_lora_a
 
     # ------------------------------------------------------------------ use
     def __enter__(self) -> DigitLogitsCapture:
         self._armed = True
-        self._logits = None
-        self._final = None
-        self._hidden = None
-        self._projected = {}
-        self._decoder_calls = 0
-        self._lora_calls = {}
-        self._lora_expected = []
+        self._reset()
         return self
 
     def __exit__(self, *exc) -> None:
         self._armed = False
 
     def _check_captured(self) -> None:
-        if self._logits is None and self._hidden is None:
+        if not self.reader.captured():
+            read_before = isinstance(self.reader, _NumberTokenReader) and self.reader.slots is not None
             raise DigitCaptureError(
                 "no digit logits were captured: run the model's forward inside `with capture:` (the decoder did "
                 "not run in an armed forward)"
-                + ("; with number tokens each forward is read once, for one targets tensor" if self._slots else "")
+                + ("; with number tokens each forward is read once, for one targets tensor" if read_before else "")
             )
         missing = [n for n in self._lora_expected if self._lora_calls.get(n, 0) != 1]
         if missing:
@@ -288,15 +411,13 @@ class DigitLogitsCapture:
         """``[B, T, F, 10]`` float32 digit logits of the last captured forward, as the model's own logits are: the
         head's digit rows (and bias) on the decoder's last hidden state, then the architecture's transform. For a
         vocabulary with number tokens, whose slots read other rows at each target, use :meth:`digit_targets`."""
-        if self.vocab.max_digits > 1:
+        if not isinstance(self.reader, _SingleDigitReader):
             raise DigitCaptureError(
                 f"{self.vocab.name} has number tokens of up to {self.vocab.max_digits} digits: their digit logits "
                 "depend on the target, so read them with capture.digit_targets(targets)"
             )
         self._check_captured()
-        if self._final is None:
-            self._final = self._logits if self.transform is None else self.transform(self._logits)
-        return self._final
+        return self.reader.digit_logits(self.transform)
 
     def digit_targets(self, targets: torch.Tensor) -> DigitTargets:
         """:class:`DigitTargets` of the last captured forward for aligned ``targets`` ``[B, T]`` (position ``t`` of
@@ -305,39 +426,11 @@ class DigitLogitsCapture:
         With number tokens the slots are computed here, at the positions whose target is a number token, and the
         forward's hidden states are then let go: a forward is read for one ``targets`` tensor (asking again with the
         same tensor returns the same slots)."""
-        if self.vocab.max_digits > 1:
-            if self._slots is not None and self._slots[0] is targets:
-                return self._slots[1]
-            self._check_captured()
-            slots = slot_digit_targets(targets.to(self._hidden.device), self.vocab, self._number_logits)
-            # the decoder's output is not held past its one read (the result's graph keeps what backward needs)
-            self._hidden, self._projected, self._slots = None, {}, (targets, slots)
-            return slots
-        logits = self.digit_logits()
-        return select_digit_family(logits, targets.to(logits.device), self.vocab)
-
-    def _number_logits(self, positions: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Each number group's logits at its flat positions of the captured forward, as the model's own: the head's
-        rows (bias, LoRA adapters) on the decoder's output, then the architecture's transform."""
-        vocab, hidden = self.vocab, self._hidden
-        with torch.set_grad_enabled(self._grad):
-            z = number_logits_from_hidden(
-                hidden, self._whole_head_weight(), vocab, positions, getattr(self.head, "bias", None)
-            )
-            rows = vocab.group_row_ids_on(hidden.device)
-            for name in self._lora_expected:
-                projected = self._projected[name]
-                flat = projected.reshape(-1, projected.shape[-1])
-                lora_b = self.lora.head.lora_B[name]
-                scaling = self.lora.head.scaling[name]
-                with torch.autocast(device_type=hidden.device.type, enabled=False):
-                    for g, (pos, ids) in enumerate(zip(positions, rows)):
-                        bias = None if lora_b.bias is None else lora_b.bias[ids].float()
-                        delta = F.linear(flat.index_select(0, pos).float(), lora_b.weight[ids].float(), bias)
-                        z[g] = z[g] + delta * scaling
-            if self.transform is not None:
-                z = [self.transform(zg) for zg in z]
-        return z
+        slots = getattr(self.reader, "slots", None)
+        if slots is not None and slots[0] is targets:
+            return slots[1]
+        self._check_captured()
+        return self.reader.digit_targets(targets, self.transform)
 
     @torch.no_grad()
     def check_against_logits(
@@ -358,21 +451,13 @@ class DigitLogitsCapture:
             logits = outputs.get("logits") if hasattr(outputs, "get") else outputs[0]
             if logits is None:
                 return None
-            if self.vocab.max_digits > 1:  # every number row at every position: [B, T, R]
-                self._check_captured()
-                everywhere = torch.arange(logits.shape[0] * logits.shape[1], device=self._hidden.device)
-                ours = torch.cat(self._number_logits([everywhere] * len(self.vocab.number_groups)), dim=-1)
-                ours = ours.view(*logits.shape[:2], -1)
-                ids = self.vocab.number_row_ids_on(logits.device)
-            else:
-                ours = self.digit_logits()
-                ids = self.vocab.family_ids(logits.device)
+            self._check_captured()
+            ours, ids = self.reader.check_logits(logits.shape, self.transform)
         finally:
             model.train(was_training)
             self.differentiable = differentiable
-            self._logits = self._final = self._hidden = None
-            self._projected = {}
-        theirs = logits[..., ids]  # [B, T, F, 10], or [B, T, R] for number tokens
+            self._reset()
+        theirs = logits[..., ids.to(logits.device)]  # [B, T, F, 10], or [B, T, R] for number tokens
         keep = torch.ones(theirs.shape[:2], dtype=torch.bool, device=theirs.device)
         if attention_mask is not None:
             keep = attention_mask.to(theirs.device).bool()

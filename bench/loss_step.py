@@ -587,6 +587,12 @@ def term_only(case: Case, label: str, bar, rounds: int, extras: bool) -> dict:
         memory[name], live[name], allocated[name] = profile.peak, profile.live_at_peak, sum(profile.sizes)
         values[name] = float(box["v"])
         clear()
+    # what a GPU would launch and wait for (benchlib.op_census): on a GPU the term is small ops, not arithmetic
+    census = {}
+    for name, fn in fns.items():
+        bar.set_postfix_str(f"{label} term only, ops {name}")
+        census[name] = benchlib.op_census(fn).as_dict()
+        clear()
     naive = values.get("naive (from logits)", values["del"])
     if not math.isclose(naive, values["del"], rel_tol=1e-4, abs_tol=1e-6):
         raise AssertionError(f"{label}: naive term {naive} != our DEL term {values['del']}")
@@ -607,6 +613,9 @@ def term_only(case: Case, label: str, bar, rounds: int, extras: bool) -> dict:
             "allocated_bytes": allocated[name],
             "live_at_peak": benchlib.summarize_live(live[name]),
             "value": values[name],
+            "launches": census[name]["launches"],
+            "host_syncs": census[name]["syncs"] + census[name]["host_reads"],
+            "ops": census[name],
         }
         for name in fns
     }
@@ -815,6 +824,8 @@ def tables(results: dict) -> str:
                     f"{m['median_cpu_s'] * 1e3:,.1f}",
                     f"{m['median_wall_s'] * 1e3:,.1f}",
                     f"{m['peak_bytes'] / mib:,.1f}",
+                    m.get("launches", ""),
+                    m.get("host_syncs", ""),
                 ]
             )
         if "naive_over_ours_cpu" in t:
@@ -825,13 +836,18 @@ def tables(results: dict) -> str:
                     f"**{t['naive_over_ours_cpu']:.0f}x**",
                     f"{t['naive_over_ours_wall']:.0f}x",
                     "",
+                    "",
+                    "",
                 ]
             )
-    term = benchlib.markdown_table(["tokens x V", "term", "CPU ms", "wall ms", "peak MiB"], term_rows)
+    term = benchlib.markdown_table(
+        ["tokens x V", "term", "CPU ms", "wall ms", "peak MiB", "launches", "host syncs"], term_rows
+    )
     skipped = "".join(f"\n- {s['tokens']:,} x {s['vocab_size']:,}: not run, {s['reason']}" for s in results["skipped"])
     return (
         f"{main}\n\nCompared, at the plain CE with the frozen head (terms read from the logits):\n\n"
-        f"{comparison}\n\nThe digit term alone (forward + backward, no CE, frozen head):\n\n{term}\n{skipped}\n"
+        f"{comparison}\n\nThe digit term alone (forward + backward, no CE, frozen head; launches and host syncs as "
+        f"`benchlib.op_census` counts them: what a GPU would launch and wait for):\n\n{term}\n{skipped}\n"
     )
 
 

@@ -194,6 +194,8 @@ def tables(results: dict) -> str:
                 f"{alone['median_wall_s'] * 1e3:,.1f}",
                 _mib(alone["peak_bytes"]),
                 _mib(alone["allocated_bytes"]),
+                alone.get("launches", ""),
+                alone.get("host_syncs", ""),
             ]
         )
         api = case["methods"][loss_step.method_name("plain", "frozen", "ce+del (logits API)")]
@@ -217,7 +219,17 @@ def tables(results: dict) -> str:
         data_rows,
     )
     alone = benchlib.markdown_table(
-        ["tokenizer", "DEL alone CPU ms", "user ms", "wall ms", "peak MiB", "allocated MiB"], alone_rows
+        [
+            "tokenizer",
+            "DEL alone CPU ms",
+            "user ms",
+            "wall ms",
+            "peak MiB",
+            "allocated MiB",
+            "launches",
+            "host syncs",
+        ],
+        alone_rows,
     )
     api = benchlib.markdown_table(
         ["tokenizer", "CE + DEL (logits API) / CE (CPU)", "(user CPU)", "adds MiB", "memory / CE"], api_rows
@@ -247,7 +259,8 @@ def tables(results: dict) -> str:
         )
     return (
         f"{shape}\n\n{main}\n\nThe labels (GSM8K train solutions, packed):\n\n{data}\n\n"
-        f"DEL's term alone (forward + backward from the hidden states, frozen head):\n\n{alone}\n\n"
+        f"DEL's term alone (forward + backward from the hidden states, frozen head; launches and host syncs as "
+        f"`benchlib.op_census` counts them):\n\n{alone}\n\n"
         f"The logits API beside it (plain CE, frozen head):\n\n{api}\n\n"
         "What DEL adds to the live tensors at the step's peak (MiB, where it was allocated):\n\n"
         + "\n".join(breakdown)

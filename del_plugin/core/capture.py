@@ -176,7 +176,9 @@ class _DigitReader:
     def on_lora(self, name: str, projected: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def digit_targets(self, targets: torch.Tensor, transform: LogitTransform | None) -> DigitTargets:
+    def digit_targets(
+        self, targets: torch.Tensor, transform: LogitTransform | None, positions: list[torch.Tensor] | None
+    ) -> DigitTargets:
         raise NotImplementedError
 
     def check_logits(self, shape: torch.Size, transform: LogitTransform | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -216,7 +218,11 @@ class _SingleDigitReader(_DigitReader):
             self._final = self.raw_logits if transform is None else transform(self.raw_logits)
         return self._final
 
-    def digit_targets(self, targets: torch.Tensor, transform: LogitTransform | None) -> DigitTargets:
+    def digit_targets(
+        self, targets: torch.Tensor, transform: LogitTransform | None, positions: list[torch.Tensor] | None
+    ) -> DigitTargets:
+        if positions is not None:
+            raise ValueError(f"{self.vocab.name} has no number tokens: number-token positions are not read")
         logits = self.digit_logits(transform)
         return select_digit_family(logits, targets.to(logits.device), self.vocab)
 
@@ -246,10 +252,17 @@ class _NumberTokenReader(_DigitReader):
             raise DigitCaptureError("the LM head's LoRA adapter ran before the decoder returned")
         self.projected[name] = projected
 
-    def digit_targets(self, targets: torch.Tensor, transform: LogitTransform | None) -> DigitTargets:
+    def digit_targets(
+        self, targets: torch.Tensor, transform: LogitTransform | None, positions: list[torch.Tensor] | None
+    ) -> DigitTargets:
         hidden = self.forward.hidden
+        if positions is not None:
+            positions = [p.to(hidden.device) for p in positions]
         slots = slot_digit_targets(
-            targets.to(hidden.device), self.vocab, lambda positions: self._group_logits(positions, transform)
+            targets.to(hidden.device),
+            self.vocab,
+            lambda where: self._group_logits(where, transform),
+            positions,
         )
         # the decoder's output is not held past its one read (the result's graph keeps what backward needs)
         self.forward, self.projected, self.slots = None, {}, (targets, slots)
@@ -419,18 +432,21 @@ class DigitLogitsCapture:
         self._check_captured()
         return self.reader.digit_logits(self.transform)
 
-    def digit_targets(self, targets: torch.Tensor) -> DigitTargets:
+    def digit_targets(self, targets: torch.Tensor, positions: list[torch.Tensor] | None = None) -> DigitTargets:
         """:class:`DigitTargets` of the last captured forward for aligned ``targets`` ``[B, T]`` (position ``t`` of
         the forward predicts ``targets[:, t]``; shift the labels first).
 
         With number tokens the slots are computed here, at the positions whose target is a number token, and the
         forward's hidden states are then let go: a forward is read for one ``targets`` tensor (asking again with the
-        same tensor returns the same slots)."""
+        same tensor returns the same slots). ``positions`` are those positions, one tensor per number group, as
+        :func:`~del_plugin.core.digits.number_target_positions` reads them from ``targets`` on the host (the
+        collator's ``del_number_positions``); without them they are found on the device of ``targets``, which on a
+        GPU makes the host wait for it once per group."""
         slots = getattr(self.reader, "slots", None)
         if slots is not None and slots[0] is targets:
             return slots[1]
         self._check_captured()
-        return self.reader.digit_targets(targets, self.transform)
+        return self.reader.digit_targets(targets, self.transform, positions)
 
     @torch.no_grad()
     def check_against_logits(

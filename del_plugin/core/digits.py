@@ -22,15 +22,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
-from .vocab import DigitVocab
+from .fused import fused
+from .places import shift_to_next_token
+from .vocab import DigitVocab, classify_labels, slot_targets_of
 
 __all__ = [
     "DigitTargets",
     "digit_targets_from_logits",
     "digit_entropy",
     "digit_correct",
+    "next_token_number_positions",
+    "number_target_positions",
     "select_digit_family",
     "slot_digit_targets",
     "slot_logits",
@@ -90,7 +95,12 @@ def select_digit_family(digit_logits: torch.Tensor, targets: torch.Tensor, vocab
             f"digit logits {tuple(digit_logits.shape)} do not match targets {tuple(targets.shape)} and "
             f"{vocab.num_families} digit famil{'y' if vocab.num_families == 1 else 'ies'} of 10"
         )
-    digit, family = vocab.classify(targets)
+    return _select_family(digit_logits, targets, vocab.code_table_on(targets.device))
+
+
+@fused
+def _select_family(digit_logits: torch.Tensor, targets: torch.Tensor, code_table: torch.Tensor) -> DigitTargets:
+    digit, family = classify_labels(targets, code_table)
     index = family.clamp(min=0)[..., None, None].expand(*targets.shape, 1, 10)
     z = digit_logits.gather(-2, index).squeeze(-2)
     return DigitTargets(z.to(torch.promote_types(z.dtype, torch.float32)), digit.clamp(min=0), digit >= 0)
@@ -117,29 +127,93 @@ def slot_logits(token_logits: torch.Tensor, digits: int) -> torch.Tensor:
     return torch.stack([torch.logsumexp(grid, dim=[a for a in axes if a != 1 + j]) for j in range(digits)], dim=1)
 
 
+def number_target_positions(targets: torch.Tensor, vocab: DigitVocab) -> list[torch.Tensor]:
+    """The flat positions (in ``targets.reshape(-1)``) of the targets of each group of
+    :attr:`~del_plugin.core.vocab.DigitVocab.number_groups`, in order, as int64 tensors on the device of
+    ``targets``: where :func:`slot_digit_targets` computes each group's logits.
+
+    CPU tensors, as a collator has them, are read with NumPy (``NumberSpanCollator`` adds these positions to every
+    batch, :func:`next_token_number_positions`, so that the training step never asks the device where its number
+    tokens are). A tensor on another device is read with one ``nonzero`` per group: a host synchronisation each."""
+    groups = len(vocab.number_groups)
+    if targets.device.type == "cpu":
+        return _number_positions_numpy(targets.reshape(1, -1).numpy(), vocab, shift=False)
+    flat_group = vocab.slot_targets(targets)[0].reshape(-1)
+    return [(flat_group == g).nonzero().squeeze(1) for g in range(groups)]
+
+
+def next_token_number_positions(
+    labels: torch.Tensor, vocab: DigitVocab, shift_labels: torch.Tensor | None = None
+) -> list[torch.Tensor]:
+    """:func:`number_target_positions` of the targets aligned with causal-LM logits (``labels[:, t + 1]`` at
+    ``t``, as :func:`~del_plugin.core.places.next_token_places` aligns places), from a CPU ``[B, T]`` batch of
+    labels, without making the shifted tensor; of ``shift_labels`` when a collator provides them."""
+    if shift_labels is not None:
+        return number_target_positions(shift_labels, vocab)
+    if labels.device.type != "cpu" or labels.dim() != 2:
+        return number_target_positions(shift_to_next_token(labels, -100), vocab)
+    return _number_positions_numpy(labels.numpy(), vocab, shift=True)
+
+
+def _number_positions_numpy(ids: np.ndarray, vocab: DigitVocab, shift: bool) -> list[torch.Tensor]:
+    """Per number group, the flat positions in ``[B, T]`` of the targets in it: ``ids[b, t]`` itself, or with
+    ``shift`` ``ids[b, t + 1]`` (nothing at ``t = T - 1``). One lookup and one ``nonzero`` over the batch, then
+    the groups split among the number targets only."""
+    batch, length = ids.shape
+    if shift:
+        ids = ids[:, 1:]
+    table = vocab.number_group_table
+    group = table.take(ids, mode="clip").reshape(-1)  # ids past the table: its final -1
+    if table[0] >= 0:  # token 0 is a number token: -100 and other negative ids read as id 0
+        group = np.where(ids.reshape(-1) < 0, -1, group)
+    flat = np.flatnonzero(group >= 0)
+    of = group.take(flat)
+    if shift and length > 1:  # from the [B, T - 1] grid of the shifted ids back to [B, T]
+        flat += flat // (length - 1)
+    return [torch.from_numpy(flat[of == g]) for g in range(len(vocab.number_groups))]
+
+
 def slot_digit_targets(
     targets: torch.Tensor,
     vocab: DigitVocab,
     group_logits: Callable[[Sequence[torch.Tensor]], Sequence[torch.Tensor]],
+    positions: Sequence[torch.Tensor] | None = None,
 ) -> DigitTargets:
     """:class:`DigitTargets` with a slot axis for aligned ``targets``, from the logits of each number group's tokens
     at the flat positions whose target is in that group: ``group_logits(positions)`` gets one index tensor per
     group of :attr:`~del_plugin.core.vocab.DigitVocab.number_groups` and returns the ``[len(positions[g]),
     10 ** digits]`` logits of group ``g``'s tokens there (from full logits or from the hidden states).
 
-    One ``nonzero`` per group finds those positions (a host synchronisation each): a group's logits are computed
-    only where a target needs them. Empty groups are computed too (zero rows), so the result always has a graph."""
-    group, digit, mask = vocab.slot_targets(targets)
-    flat_group = group.reshape(-1)
-    slots = vocab.max_digits
-    positions = [(flat_group == g).nonzero().squeeze(1) for g in range(len(vocab.number_groups))]
+    A group's logits are computed only where a target needs them. ``positions`` are those places, as
+    :func:`number_target_positions` gives them; computed here when not given, which on a GPU makes the host wait
+    for the device once per group. Empty groups are computed too (zero rows), so the result always has a graph."""
+    groups = len(vocab.number_groups)
+    if positions is None:
+        positions = number_target_positions(targets, vocab)
+    elif len(positions) != groups:
+        raise ValueError(f"one position tensor per number group ({groups}) is needed, got {len(positions)}")
     computed = group_logits(positions)
+    digits = tuple(g.digits for g in vocab.number_groups)
+    tables = vocab.number_tables_on(targets.device)
+    return _assemble_slots(targets, tables, vocab.max_digits, digits, list(positions), list(computed))
+
+
+@fused
+def _assemble_slots(
+    targets: torch.Tensor,
+    tables: dict[str, torch.Tensor],
+    slots: int,
+    digits: tuple[int, ...],
+    positions: list[torch.Tensor],
+    computed: list[torch.Tensor],
+) -> DigitTargets:
+    _, digit, mask = slot_targets_of(targets, tables, slots)
     out = None
-    for pos, z, g in zip(positions, computed, vocab.number_groups):
-        per_slot = slot_logits(z.to(torch.promote_types(z.dtype, torch.float32)), g.digits)
-        if g.digits < slots:
-            per_slot = torch.nn.functional.pad(per_slot, (0, 0, 0, slots - g.digits))
+    for pos, z, m in zip(positions, computed, digits):
+        per_slot = slot_logits(z.to(torch.promote_types(z.dtype, torch.float32)), m)
+        if m < slots:
+            per_slot = torch.nn.functional.pad(per_slot, (0, 0, 0, slots - m))
         if out is None:
-            out = per_slot.new_zeros(flat_group.shape[0], slots, 10)
+            out = per_slot.new_zeros(targets.numel(), slots, 10)
         out = out.index_copy(0, pos, per_slot)
     return DigitTargets(out.view(*targets.shape, slots, 10), digit, mask)

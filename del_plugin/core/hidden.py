@@ -44,7 +44,12 @@ _BLOCK_ROWS = 4096
 
 def _rows_times(hidden: torch.Tensor, rows_t: torch.Tensor) -> torch.Tensor:
     """``hidden.float() @ rows_t`` for ``hidden`` ``[N, H]`` in any float dtype and float32 ``rows_t`` ``[H, R]``."""
-    return torch.cat([block.float() @ rows_t for block in hidden.split(_BLOCK_ROWS)])
+    if hidden.shape[0] <= _BLOCK_ROWS:
+        return hidden.float() @ rows_t
+    out = torch.empty(hidden.shape[0], rows_t.shape[1], dtype=torch.float32, device=hidden.device)
+    for block, o in zip(hidden.split(_BLOCK_ROWS), out.split(_BLOCK_ROWS)):
+        torch.mm(block.float(), rows_t, out=o)  # into the result: no concatenation
+    return out
 
 
 def _grad_hidden(grad: torch.Tensor, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -249,16 +254,23 @@ def digit_logits_from_hidden(
 
 
 def digit_targets_from_hidden(
-    hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor, vocab: DigitVocab
+    hidden: torch.Tensor,
+    head_weight: torch.Tensor,
+    targets: torch.Tensor,
+    vocab: DigitVocab,
+    positions: list[torch.Tensor] | None = None,
 ) -> DigitTargets:
     """:class:`DigitTargets` for aligned ``targets`` from hidden states and the head weight (see
     :func:`digit_logits_from_hidden`); the same as :func:`~del_plugin.core.digits.digit_targets_from_logits` on
     ``hidden @ head_weight.T`` without computing it. With number tokens, the slots of each target
-    (:func:`~del_plugin.core.digits.slot_digit_targets`) from :func:`number_logits_from_hidden`."""
+    (:func:`~del_plugin.core.digits.slot_digit_targets`, at ``positions`` when given) from
+    :func:`number_logits_from_hidden`."""
     if vocab.max_digits > 1:
         if hidden.shape[:-1] != targets.shape:
             raise ValueError(f"hidden states {tuple(hidden.shape)} do not match targets {tuple(targets.shape)}")
         return slot_digit_targets(
-            targets, vocab, lambda positions: number_logits_from_hidden(hidden, head_weight, vocab, positions)
+            targets, vocab, lambda where: number_logits_from_hidden(hidden, head_weight, vocab, where), positions
         )
+    if positions is not None:
+        raise ValueError(f"{vocab.name} has no number tokens: number-token positions are not read")
     return select_digit_family(digit_logits_from_hidden(hidden, head_weight, vocab), targets, vocab)

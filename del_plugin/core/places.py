@@ -410,7 +410,8 @@ def place_weights(places: torch.Tensor, weighting: PlaceWeighting = PlaceWeighti
         return is_digit.to(torch.float32)
     i = torch.where(is_digit, places, 0).to(torch.float32)
     integer = weighting.integer_slope * (i + 1.0)
-    decimal = torch.pow(torch.tensor(weighting.decimal_base, dtype=torch.float32, device=places.device), i - 1.0)
+    # a Python base: no tensor made from host data (on a GPU, a blocking copy to the device in every step)
+    decimal = torch.pow(weighting.decimal_base, i - 1.0)
     return torch.where(is_digit, torch.where(i >= 0, integer, decimal), 0.0)
 
 

@@ -295,6 +295,17 @@ class DigitVocab:
         table.flags.writeable = False
         return table
 
+    @functools.cached_property
+    def number_group_table(self) -> np.ndarray:
+        """The index in :attr:`number_groups` of each number token's group (int16, -1 for every other token), in
+        the layout of :attr:`kind_table`: a clipped lookup gives -1 past the table, and for negative ids the entry
+        of id 0."""
+        table = np.full(self.table_size + 1, -1, dtype=np.int16)
+        for g, group in enumerate(self.number_groups):
+            table[list(group.token_ids)] = g
+        table.flags.writeable = False
+        return table
+
     def digit_count_table_on(self, device: torch.device) -> torch.Tensor:
         """:attr:`digit_count_table` as an int64 tensor on ``device`` (cached per device)."""
         return self._on_device("count", device, lambda: torch.tensor(self.digit_count_table, dtype=torch.long))
@@ -342,11 +353,13 @@ class DigitVocab:
 
         return self._on_device("digit", device, build)
 
+    def code_table_on(self, device: torch.device) -> torch.Tensor:
+        """int16 ``[table_size]``: ``family * 10 + digit`` of each digit token, -2 / -3 for the bare and the
+        leading decimal points, -1 elsewhere (cached per device; :func:`classify_labels` reads it)."""
+        return self._tables(device)[0]
+
     def _codes(self, labels: torch.Tensor) -> torch.Tensor:
-        code_table = self._tables(labels.device)[0]
-        in_table = (labels >= 0) & (labels < self.table_size)
-        code = code_table[labels.clamp(0, self.table_size - 1)].long()
-        return torch.where(in_table, code, -1)
+        return lookup(self.code_table_on(labels.device), labels)
 
     def classify(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per position: the digit value (-1 where not a single-digit token) and the digit family (-1 likewise).
@@ -354,11 +367,7 @@ class DigitVocab:
 
         Works on any integer tensor of token ids; -100 and ids outside the vocabulary are not digits.
         """
-        code = self._codes(labels)
-        is_digit = code >= 0
-        digit = torch.where(is_digit, code % 10, -1)
-        family = torch.where(is_digit, code // 10, -1)
-        return digit, family
+        return classify_labels(labels, self.code_table_on(labels.device))
 
     def decimal_points(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Masks of the bare '.' token and of the leading-point tokens ('*.', '▁.' …) among ``labels``."""
@@ -381,6 +390,11 @@ class DigitVocab:
 
         return self._on_device("number", device, build)
 
+    def number_tables_on(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """The tables :func:`slot_targets_of` reads, on ``device`` (cached per device): ``row`` (the number row of
+        each token id, or -1), and per number row its ``group``, ``digits`` and ``value``."""
+        return self._number_tables(device)
+
     def number_row_ids_on(self, device: torch.device) -> torch.Tensor:
         """:attr:`number_row_ids` as a long tensor on ``device``."""
         return self._number_tables(device)["row_ids"]
@@ -397,23 +411,47 @@ class DigitVocab:
         ``mask`` (``[..., max_digits]``): slot ``j`` holds the ``j``-th digit, left to right, of the target token
         ('123': 1, 2, 3), and exists for ``j`` below the token's digit count. Non-digits have no slot (-100 and ids
         outside the vocabulary included)."""
-        tables = self._number_tables(labels.device)
-        in_table = (labels >= 0) & (labels < self.table_size)
-        row = torch.where(in_table, tables["row"][labels.clamp(0, self.table_size - 1)], -1)
-        is_number = row >= 0
-        safe = row.clamp(min=0)
-        group = torch.where(is_number, tables["group"][safe], -1)
-        digits = torch.where(is_number, tables["digits"][safe], 0)
-        value = tables["value"][safe]
-        slot = torch.arange(self.max_digits, device=labels.device)
-        mask = slot < digits.unsqueeze(-1)
-        power = torch.pow(10, (digits.unsqueeze(-1) - 1 - slot).clamp(min=0))
-        digit = torch.where(mask, value.unsqueeze(-1) // power % 10, 0)
-        return group, digit, mask
+        return slot_targets_of(labels, self._number_tables(labels.device), self.max_digits)
 
 
 _BARE_POINT = -2
 _LEADING_POINT = -3
+
+
+# Lookups of token ids in a vocabulary's device tables, as functions of tensors only (so that a compiled program,
+# :mod:`~del_plugin.core.fused`, can hold them); the DigitVocab methods above call them with the vocabulary's tables.
+def lookup(table: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``table[labels]`` as int64, and -1 for -100 and every id past the table."""
+    size = table.shape[0]
+    in_table = (labels >= 0) & (labels < size)
+    return torch.where(in_table, table[labels.clamp(0, size - 1)].long(), -1)
+
+
+def classify_labels(labels: torch.Tensor, code_table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:meth:`DigitVocab.classify` with its :meth:`~DigitVocab.code_table_on`."""
+    code = lookup(code_table, labels)
+    is_digit = code >= 0
+    digit = torch.where(is_digit, code % 10, -1)
+    family = torch.where(is_digit, code // 10, -1)
+    return digit, family
+
+
+def slot_targets_of(
+    labels: torch.Tensor, tables: dict[str, torch.Tensor], slots: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:meth:`DigitVocab.slot_targets` with its :meth:`~DigitVocab.number_tables_on` and ``slots`` =
+    :attr:`~DigitVocab.max_digits`."""
+    row = lookup(tables["row"], labels)
+    is_number = row >= 0
+    safe = row.clamp(min=0)
+    group = torch.where(is_number, tables["group"][safe], -1)
+    digits = torch.where(is_number, tables["digits"][safe], 0)
+    value = tables["value"][safe]
+    slot = torch.arange(slots, device=labels.device)
+    mask = slot < digits.unsqueeze(-1)
+    power = torch.pow(10, (digits.unsqueeze(-1) - 1 - slot).clamp(min=0))
+    digit = torch.where(mask, value.unsqueeze(-1) // power % 10, 0)
+    return group, digit, mask
 
 
 def _is_leading_point(token: str) -> bool:

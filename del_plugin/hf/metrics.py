@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..core.digits import DigitTargets, digit_correct, digit_entropy
+from ..core.criteria import DigitTermSums
 
 __all__ = ["DigitMetrics"]
 
@@ -15,6 +15,8 @@ SPLITS = ("train", "eval")
 # the sums of a token criterion's logged extras are kept under this prefix, and their target-token count here
 TOKEN_MEAN = "token_mean:"
 TARGET_TOKENS = "target_tokens"
+# the digit statistics of a batch, kept as one vector
+DIGIT_PARTS = ("l_num", "digits", "entropy", "correct")
 
 
 class DigitMetrics:
@@ -57,16 +59,14 @@ class DigitMetrics:
     def add_eval(self, ce: torch.Tensor, del_term: torch.Tensor, batch_size: int) -> None:
         self._add("eval", "ce", ce.detach().float() * batch_size)
         self._add("eval", "del", del_term.detach().float() * batch_size)
-        self._add("eval", "weight", torch.tensor(float(batch_size), device=ce.device))
+        self._add("eval", "weight", torch.full((), float(batch_size), device=ce.device))
 
     @torch.no_grad()
-    def add_digits(self, split: str, digits: DigitTargets, l_sum: torch.Tensor) -> None:
-        """The digit statistics of one batch: ``l_num`` (the criterion's unweighted sum), count, entropy, correct."""
-        mask = digits.mask
-        self._add(split, "l_num", l_sum.detach().float())
-        self._add(split, "digits", mask.sum())
-        self._add(split, "entropy", torch.where(mask, digit_entropy(digits.logits.detach()), 0.0).sum())
-        self._add(split, "correct", digit_correct(digits).sum())
+    def add_digits(self, split: str, sums: DigitTermSums) -> None:
+        """The digit statistics of one batch (:class:`~del_plugin.core.criteria.DigitTermSums`): ``l_num`` (the
+        criterion's unweighted sum), the digit count, their entropy and how many are correct, as one vector."""
+        parts = torch.stack([sums.loss.detach(), sums.digits, sums.entropy, sums.correct])
+        self._add(split, "digit_parts", parts)
 
     @torch.no_grad()
     def add_token_terms(self, split: str, tokens: torch.Tensor, sums: dict[str, torch.Tensor]) -> None:
@@ -88,8 +88,13 @@ class DigitMetrics:
         if not sums:
             return {}
         keys = sorted(sums)
-        stacked = torch.stack([sums[k].float().reshape(()) for k in keys])
-        values = dict(zip(keys, (reduce(stacked) if world_size > 1 else stacked).tolist()))
+        stacked = torch.cat([sums[k].float().reshape(-1) for k in keys])
+        flat = (reduce(stacked) if world_size > 1 else stacked).tolist()
+        values: dict[str, float] = {}
+        for key in keys:
+            names = DIGIT_PARTS if key == "digit_parts" else (key,)
+            values.update(zip(names, flat[: len(names)]))
+            flat = flat[len(names) :]
         self.reset(split)
         if split == "train":
             denom = max(self.steps_since_log, 1) * max(world_size, 1)

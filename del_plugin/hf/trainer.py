@@ -21,10 +21,11 @@ import torch
 from transformers.utils import logging
 
 from ..core.capture import DigitCaptureError, DigitLogitsCapture
-from ..core.criteria import digit_criterion_terms, token_criterion_terms
+from ..core.criteria import digit_criterion_sums, token_criterion_terms
+from ..core.digits import number_target_positions
 from ..core.places import NOT_A_DIGIT, shift_to_next_token
 from ..core.vocab import DigitVocab
-from .collator import TARGET_PLACES_KEY, NumberSpanCollator
+from .collator import NUMBER_POSITIONS_KEY, TARGET_PLACES_KEY, NumberSpanCollator
 from .metrics import DigitMetrics
 from .settings import DELSettings
 
@@ -91,10 +92,13 @@ class DELTrainerMixin:
             tokenizer = self.processing_class
             vocab = DigitVocab.from_tokenizer(tokenizer, name=getattr(tokenizer, "name_or_path", None))
         self.del_settings, self.del_vocab = settings, vocab
+        # dispatched batches are cut along their first axis per process, which the number-token positions (one
+        # flat list per batch) do not survive: the step then finds them on the device
+        positions = not self._batches_dispatched()
         for attr in ("data_collator", "train_data_collator", "eval_data_collator"):
             collator = getattr(self, attr, None)
             if collator is not None:
-                setattr(self, attr, NumberSpanCollator(collator, vocab))
+                setattr(self, attr, NumberSpanCollator(collator, vocab, number_positions=positions))
         self.del_capture = DigitLogitsCapture(self.model, vocab, differentiable=settings.digit_alpha > 0)
         self.del_metrics = DigitMetrics()
         spec = settings.spec
@@ -115,6 +119,25 @@ class DELTrainerMixin:
             vocab.describe(),
             vocab.name,
         )
+        if vocab.max_digits > 1 and not positions:
+            LOG.info(
+                "DEL: batches are dispatched (an iterable dataset, or accelerator_config.dispatch_batches), so the "
+                "collator does not send where the number tokens are; each step finds them on the device, which on "
+                "a GPU makes the host wait for it once per number group"
+            )
+
+    def _batches_dispatched(self) -> bool:
+        """Whether accelerate dispatches the batches (reads them on one process and cuts every tensor along its
+        first axis): ``accelerator_config.dispatch_batches``, by default for iterable datasets."""
+        config = getattr(self.args, "accelerator_config", None)
+        dispatch = (
+            config.get("dispatch_batches") if isinstance(config, dict) else getattr(config, "dispatch_batches", None)
+        )
+        if dispatch is not None:
+            return bool(dispatch)
+        datasets = (getattr(self, "train_dataset", None), getattr(self, "eval_dataset", None))
+        datasets += tuple(datasets[1].values()) if isinstance(datasets[1], dict) else ()
+        return any(isinstance(d, torch.utils.data.IterableDataset) for d in datasets)
 
     # ------------------------------------------------------------------ normalisation
     def get_batch_samples(self, epoch_iterator, num_batches, device):
@@ -138,11 +161,22 @@ class DELTrainerMixin:
         )
 
     # ------------------------------------------------------------------ loss
+    def _prepare_inputs(self, inputs):
+        # The number-token positions sit in a list, which a BatchEncoding's .to() (what accelerate calls on the
+        # batches of a Hugging Face collator) leaves on the host and the Trainer then copies with blocking copies,
+        # each a host synchronisation on a GPU: copied here without blocking, beside the batch's own copies.
+        positions = inputs.pop(NUMBER_POSITIONS_KEY, None)
+        inputs = super()._prepare_inputs(inputs)
+        if positions is not None:
+            inputs[NUMBER_POSITIONS_KEY] = [p.to(self.args.device, non_blocking=True) for p in positions]
+        return inputs
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         settings = self.del_settings
         if settings is None:
             raise RuntimeError("del_plugin: setup_del() was not called (pass del_settings to the trainer)")
         places = inputs.pop(TARGET_PLACES_KEY, None)
+        positions = inputs.pop(NUMBER_POSITIONS_KEY, None)
         if places is None:
             raise KeyError(
                 f"del_plugin: the batch has no `{TARGET_PLACES_KEY}`; the trainer's collator is "
@@ -157,17 +191,23 @@ class DELTrainerMixin:
                 f"del_plugin: `{settings.criterion}` reads unshifted labels; this batch has "
                 "shift_labels (sequence or context parallelism), which it does not support"
             )
+        if positions is not None:
+            # to the device before the forward is queued (the batch's own copies are made there too)
+            positions = [p.to(targets.device, non_blocking=True) for p in positions]
         if not self.del_capture.verified:
             self._check_digit_logits(model, inputs)
+            if positions is not None:
+                self._check_number_positions(targets, positions)
         with self.del_capture:
             loss, outputs = super().compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
             )
         ce_logged, token_terms = self._token_criterion_parts(loss, num_items_in_batch)
-        digits = self.del_capture.digit_targets(targets)
-        l_sum = digit_criterion_terms(
+        digits = self.del_capture.digit_targets(targets, positions)
+        sums = digit_criterion_sums(
             settings.criterion, digits, places.to(digits.logits.device), weighting=settings.weighting, **settings.params
-        ).sum()
+        )
+        l_sum = sums.loss
         alpha, metrics = settings.digit_alpha, self.del_metrics
         split = "train" if model.training else "eval"
         if split == "train" and metrics.step_digits is not None:
@@ -175,13 +215,13 @@ class DELTrainerMixin:
             del_term = alpha * l_sum * (self.accelerator.num_processes * ga) / metrics.step_digits.clamp(min=1)
             scale = 1.0 / ga  # what the Trainer's logged loss adds for this micro-batch
         else:  # evaluation, or a loop that does not gather the step's batches first: the batch's own mean
-            del_term = alpha * l_sum / digits.mask.sum().clamp(min=1)
+            del_term = alpha * l_sum / sums.digits.clamp(min=1)
             scale = 1.0
         if split == "train":
             metrics.add_train(ce_logged, del_term, scale, self.args.logging_nan_inf_filter)
         else:
             metrics.add_eval(ce_logged, del_term, labels.shape[0])
-        metrics.add_digits(split, digits, l_sum)
+        metrics.add_digits(split, sums)
         if token_terms is not None:
             metrics.add_token_terms(split, *token_terms)
         if alpha > 0:
@@ -223,6 +263,21 @@ class DELTrainerMixin:
                 "difference)",
                 capture.model_type,
                 difference,
+            )
+
+    def _check_number_positions(self, targets: torch.Tensor, positions: list[torch.Tensor]) -> None:
+        """Once, with the start-up check: the collator's number-token positions against the targets this step
+        reads (found on their device), so that a pipeline that changes the labels after the collator is refused
+        instead of scoring the wrong positions."""
+        found = number_target_positions(targets, self.del_vocab)
+        if len(found) != len(positions) or not all(
+            p.shape == f.shape and torch.equal(p.to(f.device), f) for p, f in zip(positions, found)
+        ):
+            raise RuntimeError(
+                f"del_plugin: the batch's `{NUMBER_POSITIONS_KEY}` (where NumberSpanCollator found the number tokens "
+                "among the targets) do not match the targets of this step: something changed the labels after the "
+                "collator. Collate with NumberSpanCollator last; if accelerate cuts each batch per process, set "
+                "accelerator_config.dispatch_batches: true (the step then finds the number tokens itself)"
             )
 
     def _token_criterion_parts(self, loss, num_items_in_batch):

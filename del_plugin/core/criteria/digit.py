@@ -33,7 +33,8 @@ __all__ = [
 
 def _entropy_weighted_bce(targets: DigitTargets, weights: torch.Tensor, bce_logits: torch.Tensor) -> torch.Tensor:
     z = targets.logits
-    onehot = F.one_hot(targets.target, num_classes=10).to(z.dtype)
+    # a comparison, not F.one_hot, which checks the targets' range on the host
+    onehot = (targets.target.unsqueeze(-1) == _digit_values(z)).to(z.dtype)
     p_hat = torch.softmax(z, dim=-1)
     bce = F.binary_cross_entropy_with_logits(bce_logits, onehot, reduction="none")
     per_token = (p_hat * bce).mean(-1) * weights

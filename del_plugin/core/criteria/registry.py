@@ -10,12 +10,13 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 
 from ..bounds import Bound
-from ..digits import DigitTargets, digit_targets_from_logits
+from ..digits import DigitTargets, digit_correct, digit_entropy, digit_targets_from_logits
+from ..fused import fused
 from ..places import PlaceWeighting, place_weights
 from ..vocab import DigitVocab
 from .digit import (
@@ -38,7 +39,9 @@ __all__ = [
     "Reduction",
     "criteria_names",
     "criterion_spec",
+    "DigitTermSums",
     "digit_criterion_loss",
+    "digit_criterion_sums",
     "digit_criterion_terms",
     "digit_entropy_loss",
     "reduce_token_losses",
@@ -275,6 +278,45 @@ def digit_criterion_terms(
     if spec.kind != "digit":
         return torch.zeros(digits.mask.shape, dtype=digits.logits.dtype, device=digits.logits.device)
     return spec.terms(digits, places, weighting, **checked)
+
+
+class DigitTermSums(NamedTuple):
+    """What a training step needs of a digit criterion on one batch, as float32 scalars: ``loss``, the sum of its
+    per-position term (with its graph), and, without a graph, the batch's ``digits`` (digit targets), the sum of
+    their digit ``entropy`` (nats) and how many are ``correct`` (the most likely digit is the target)."""
+
+    loss: torch.Tensor
+    digits: torch.Tensor
+    entropy: torch.Tensor
+    correct: torch.Tensor
+
+
+def digit_criterion_sums(
+    criterion: str,
+    digits: DigitTargets,
+    places: torch.Tensor,
+    *,
+    weighting: PlaceWeighting = PlaceWeighting(),
+    **params: float,
+) -> DigitTermSums:
+    """:func:`digit_criterion_terms` summed over the batch, with the statistics a trainer logs
+    (:class:`DigitTermSums`), computed as one program (:mod:`~del_plugin.core.fused`: on a GPU a few kernels
+    instead of dozens of small ones); a zero loss for ``mle`` and the token criteria."""
+    spec = criterion_spec(criterion)
+    checked = spec.check_params(params)
+    terms = spec.terms if spec.kind == "digit" else None
+    return _digit_sums(terms, digits, places, weighting, tuple(sorted(checked.items())))
+
+
+@fused
+def _digit_sums(terms, digits: DigitTargets, places: torch.Tensor, weighting: PlaceWeighting, params) -> DigitTermSums:
+    mask = digits.mask
+    if terms is None:
+        loss = torch.zeros((), dtype=torch.float32, device=mask.device)
+    else:
+        loss = terms(digits, places, weighting, **dict(params)).sum()
+    entropy = torch.where(mask, digit_entropy(digits.logits.detach()), 0.0).sum()
+    return DigitTermSums(loss, mask.sum().float(), entropy, digit_correct(digits).sum().float())
 
 
 def digit_criterion_loss(

@@ -354,8 +354,9 @@ HOST_READS = frozenset({"tolist", "numpy", "cpu", "tensor", "as_tensor"})
 
 @dataclass
 class OpCensus:
-    """What :func:`op_census` counted: ``launches`` (the profiler's leaf aten ops that launch a kernel, plus the
-    kernels of compiled graphs: a proxy for the kernel launches on a GPU), per op; ``syncs`` (ops that make the
+    """What :func:`op_census` counted: ``launches`` (on a GPU the kernels it ran; elsewhere the profiler's leaf
+    aten ops that launch a kernel, plus the kernels of compiled graphs, a proxy for them), ``by_op`` (the aten ops
+    and compiled kernels, per name); ``syncs`` (ops that make the
     host wait for a GPU, named with the ops around them, outermost first); ``cpu_only_checks`` (host reads that
     torch makes on the CPU only); ``host_reads`` (Python-level reads of tensor data, and tensors made from host
     data)."""
@@ -403,13 +404,14 @@ def _is_compiled_kernel(name: str) -> bool:
     return "cpp_fused" in name or name.startswith("triton_")
 
 
-def op_census(fn: Callable[[], object]) -> OpCensus:
+def op_census(fn: Callable[[], object], warmup: bool = True) -> OpCensus:
     """Count the kernel launches and the host synchronisations of ``fn()`` (forward and backward, whatever it runs),
     on any device, from the torch profiler's CPU events and a ``TorchFunctionMode`` that sees Python-level reads.
 
     A launch is a profiler event of an aten op with no aten child that launches one (so ``aten::to`` ->
     ``aten::_to_copy`` -> ``aten::copy_`` is one launch, ``aten::linear`` one ``aten::mm``), views and allocations
-    excepted, or a kernel of a compiled graph (Inductor's kernel profiling is switched on for the call)."""
+    excepted, or a kernel of a compiled graph (Inductor's kernel profiling is switched on for the call). With
+    ``warmup``, ``fn()`` runs once before, under the same ``TorchFunctionMode`` (not counted)."""
     import torch._inductor.config as inductor_config
     from torch.overrides import TorchFunctionMode
     from torch.profiler import ProfilerActivity, profile
@@ -426,7 +428,14 @@ def op_census(fn: Callable[[], object]) -> OpCensus:
 
     saved = inductor_config.cpp.enable_kernel_profile
     inductor_config.cpp.enable_kernel_profile = True
-    prof = profile(activities=[ProfilerActivity.CPU])
+    if warmup:
+        # a compiled function guards on the torch-function modes around it: compile it under this one first,
+        # so that the counted call runs what a training step runs, not a recompilation
+        with HostReads():
+            fn()
+        host_reads.clear()
+    cuda = torch.cuda.is_available()
+    prof = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
     try:
         with quiet_native_stderr():
             prof.start()
@@ -466,7 +475,14 @@ def op_census(fn: Callable[[], object]) -> OpCensus:
     for event in prof.events():
         if event.cpu_parent is None:
             visit(event, ())
-    return OpCensus(sum(by_op.values()), by_op, syncs, cpu_only, host_reads)
+    launches = sum(by_op.values())
+    if cuda:  # the kernels the GPU ran, counted where they ran (memory copies and sets included)
+        from torch.autograd import DeviceType
+
+        kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        if kernels:
+            launches = len(kernels)
+    return OpCensus(launches, by_op, syncs, cpu_only, host_reads)
 
 
 # ---------------------------------------------------------------------------------------------------- timing

@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -114,6 +115,68 @@ def bench_collator(name, plain, wrapped, batches, passes: int, bar) -> dict:
     return result
 
 
+def micro_batch_parts(tokenizer_name: str, rows: int, seq_len: int, batches: int, passes: int) -> dict:
+    """What ``NumberSpanCollator`` adds to one packed micro-batch of ``rows`` x ``seq_len`` tokens (process CPU
+    time, median over batches and passes): the host collator makes the batch (timed on its own, for scale), then
+    the wrapper runs on it alone (a stub collator hands it over), with the caches as the host collator leaves them;
+    with number tokens also the wrapper without the positions (as before they were sent), each variant after its
+    own host collation, in alternating order. Then its parts again, warm: the places of the digit targets, and
+    where the number tokens are per number group."""
+    from axolotl.utils.collators import V2BatchSamplerDataCollatorForSeq2Seq
+
+    from del_plugin.core import DigitVocab, next_token_places, shift_to_next_token
+    from del_plugin.core.digits import number_target_positions
+    from del_plugin.hf.collator import NumberSpanCollator
+    from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_name)
+    vocab = DigitVocab.from_tokenizer(tokenizer, name=tokenizer_name)
+    features = tokenize(gsm8k_rows(max(64, rows * seq_len * batches // 100)), tokenizer, seq_len)
+    packs = pack(features, seq_len)
+    groups = [packs[i : i + rows] for i in range(0, len(packs) - rows + 1, rows)][:batches]
+    host = V2BatchSamplerDataCollatorForSeq2Seq(
+        tokenizer, padding=True, pad_to_multiple_of=seq_len, return_tensors="pt"
+    )
+    times: dict[str, list[float]] = {
+        "host collator": [],
+        "NumberSpanCollator": [],
+        "without positions": [],
+        "places": [],
+        "positions": [],
+    }
+
+    def timed(name, fn):
+        start = time.process_time()
+        out = fn()
+        times[name].append(time.process_time() - start)
+        return out
+
+    variants = {"NumberSpanCollator": {}}
+    if vocab.max_digits > 1:  # the wrapper as it was before it sent the positions: places only
+        variants["without positions"] = {"number_positions": False}
+    for p in range(passes):
+        for i, group in enumerate(groups):
+            # each variant right after its own host collation (as in training: the caches as the host leaves them)
+            names = list(variants) if (i + p) % 2 else list(reversed(variants))
+            for name in names:
+                batch = timed("host collator", lambda group=group: host(copy.deepcopy(group)))
+                wrapped = NumberSpanCollator(lambda _, batch=batch: dict(batch), vocab, **variants[name])
+                timed(name, lambda wrapped=wrapped: wrapped(None))
+            labels, position_ids = batch["labels"], batch.get("position_ids")
+            timed("places", partial(next_token_places, labels, vocab, position_ids))
+            if vocab.max_digits > 1:
+                timed(
+                    "positions", lambda labels=labels: number_target_positions(shift_to_next_token(labels, -100), vocab)
+                )
+    return {
+        "tokenizer": tokenizer_name,
+        "rows": rows,
+        "sequence_len": seq_len,
+        "batches": len(groups) * passes,
+        "median_ms": {k: statistics.median(v) * 1e3 for k, v in times.items() if v},
+    }
+
+
 def run(args) -> dict:
     from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
 
@@ -123,6 +186,17 @@ def run(args) -> dict:
     from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
 
     torch.set_num_threads(1)
+    if args.parts_only:
+        parts = [
+            micro_batch_parts(name, args.parts_rows, args.parts_sequence_len, args.parts_batches, args.passes)
+            for name in args.parts_tokenizers
+        ]
+        share = max(p["median_ms"]["NumberSpanCollator"] / p["median_ms"]["host collator"] for p in parts)
+        return {
+            "machine": {**benchlib.machine_info(), "torch_threads": torch.get_num_threads()},
+            "micro_batch_parts": parts,
+            "targets": {"wrapper_over_host_collator_max": share},
+        }
     tokenizer = load_tokenizer(args.tokenizer)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=args.tokenizer)
     features = tokenize(gsm8k_rows(args.samples), tokenizer, args.sequence_len)
@@ -171,6 +245,10 @@ def run(args) -> dict:
         ],
     }
     bar.close()
+    results["micro_batch_parts"] = [
+        micro_batch_parts(name, args.parts_rows, args.parts_sequence_len, args.parts_batches, args.passes)
+        for name in args.parts_tokenizers
+    ]
     results["targets"] = {
         "overhead_le_5pct": all(c["overhead_cpu"] <= 0.05 for c in results["collators"]),
         "max_overhead_cpu": max(c["overhead_cpu"] for c in results["collators"]),
@@ -179,6 +257,8 @@ def run(args) -> dict:
 
 
 def tables(results: dict) -> str:
+    if "collators" not in results:
+        return parts_table(results["micro_batch_parts"])
     rows = []
     for c in results["collators"]:
         rows.append(
@@ -193,21 +273,64 @@ def tables(results: dict) -> str:
                 f"{c['overhead_wall']:+.1%}",
             ]
         )
-    return benchlib.markdown_table(
+    return (
+        benchlib.markdown_table(
+            [
+                "collator",
+                "batches timed",
+                "plain ms/batch",
+                "wrapped ms/batch",
+                "plain tokens/s",
+                "wrapped tokens/s",
+                "overhead (CPU)",
+                "overhead (wall)",
+            ],
+            rows,
+        )
+        + (
+            f"\n\n{results['samples']:,} GSM8K train problems, {results['tokenizer']}; "
+            f"{results['digit_targets']:,} digits among {results['label_targets']:,} label targets.\n"
+        )
+        + parts_table(results.get("micro_batch_parts", []))
+    )
+
+
+def parts_table(parts: list[dict]) -> str:
+    if not parts:
+        return ""
+    rows = []
+    for p in parts:
+        ms = p["median_ms"]
+        rows.append(
+            [
+                p["tokenizer"],
+                f"{p['rows']} x {p['sequence_len']:,}",
+                p["batches"],
+                f"{ms['host collator']:.2f}",
+                f"**{ms['NumberSpanCollator']:.3f}**",
+                f"{ms['without positions']:.3f}" if "without positions" in ms else "-",
+                f"{ms['places']:.3f}",
+                f"{ms['positions']:.3f}" if "positions" in ms else "-",
+                f"{ms['NumberSpanCollator'] / ms['host collator']:.1%}",
+            ]
+        )
+    table = benchlib.markdown_table(
         [
-            "collator",
+            "tokenizer",
+            "micro-batch (packed)",
             "batches timed",
-            "plain ms/batch",
-            "wrapped ms/batch",
-            "plain tokens/s",
-            "wrapped tokens/s",
-            "overhead (CPU)",
-            "overhead (wall)",
+            "host collator ms",
+            "NumberSpanCollator ms",
+            "without the positions (before) ms",
+            "places ms (warm)",
+            "positions ms (warm)",
+            "wrapper / host",
         ],
         rows,
-    ) + (
-        f"\n\n{results['samples']:,} GSM8K train problems, {results['tokenizer']}; "
-        f"{results['digit_targets']:,} digits among {results['label_targets']:,} label targets.\n"
+    )
+    return (
+        "\nWhat NumberSpanCollator adds to one packed micro-batch (process CPU time, median; the wrapper alone, on the "
+        f"host collator's batch, then its parts):\n\n{table}\n"
     )
 
 
@@ -219,6 +342,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--packs-per-batch", type=int, default=2)
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument(
+        "--parts-tokenizers",
+        nargs="*",
+        default=["llama-spm", "llama-bpe"],
+        help="tokenizers of the micro-batch parts table (default %(default)s; none: not measured)",
+    )
+    parser.add_argument("--parts-only", action="store_true", help="only the micro-batch parts table")
+    parser.add_argument("--parts-rows", type=int, default=4, help="packed rows per micro-batch (default %(default)s)")
+    parser.add_argument("--parts-sequence-len", type=int, default=1024, help="tokens per row (default %(default)s)")
+    parser.add_argument("--parts-batches", type=int, default=64, help="micro-batches per pass (default %(default)s)")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--out", type=Path, default=benchlib.RESULTS_DIR / "collation.json")
     args = parser.parse_args(argv)

@@ -14,9 +14,10 @@ gradient). Two cross-entropy kernels, each exactly as Axolotl's model calls it:
   cross-entropy per chunk.
 
 ``ce+del`` adds DEL the way ``DELTrainer`` does: the digit logits from the hidden states
-(``digit_targets_from_hidden``, computed before the head as the hook on the final norm computes them), the
-collator's places through ``place_weights``, ``del_token_losses`` summed and divided by the step's digit count,
-times alpha = 0.3. Compared at the plain CE with the frozen head, from the logits:
+(``digit_targets_from_hidden``, computed before the head as the hook on the final norm computes them; with number
+tokens at the positions the collator sends), the collator's places, ``digit_criterion_sums`` (the criterion's sum
+with the digit statistics the trainer logs; on a GPU compiled, ``del_plugin.core.fused``) divided by the step's
+digit count, times alpha = 0.3. Compared at the plain CE with the frozen head, from the logits:
 
 * ``ce+del (logits API)``: ``digit_entropy_loss(logits, ...)``, the API for code that only has logits (a plain
   gather, whose backward allocates a logits-sized gradient);
@@ -28,7 +29,9 @@ times alpha = 0.3. Compared at the plain CE with the frozen head, from the logit
 (ntloss is no longer compared: like the logits API it reads the logits, and what that costs, a logits-sized
 gradient, is the logits API's row.)
 
-The "term only" rows time the digit term alone (no CE, frozen head), DEL from the hidden states at every shape:
+The "term only" rows time the digit term alone (no CE, frozen head), DEL from the hidden states at every shape,
+with its kernel launches and host synchronisations (``benchlib.op_census``; on a GPU it also runs once under
+``torch.cuda.set_sync_debug_mode("error")``, ``cuda_sync_free``):
 its absolute cost, far below the run-to-run noise of a whole step, so the most precise measure of what DEL adds;
 at the smallest shape also the plugin's other digit criteria and the naive term from a logits leaf. Labels are
 synthetic by default: words (random non-digit ids of the real tokenizer) and numbers of 1-6 digits, a fifth with
@@ -270,6 +273,12 @@ class Case:
         ).tolist()
         self.vocab, self.digit_ids, self.dot_id = vocab, digit_ids, dot_id
         self.ce_losses = ce_losses
+        # with number tokens, where they are (NumberSpanCollator reads them on the host, off the step)
+        self.positions = None
+        if vocab.max_digits > 1:
+            from del_plugin.core.digits import number_target_positions
+
+            self.positions = [p.to(hidden.device) for p in number_target_positions(self.aligned.cpu(), vocab)]
 
     @property
     def vocab_size(self) -> int:
@@ -285,10 +294,10 @@ class Case:
         """The trainer's digit term: digit logits from the hidden states, the criterion's per-position losses,
         ``alpha * sum / digit count``."""
         from del_plugin.core import digit_targets_from_hidden
-        from del_plugin.core.criteria import digit_criterion_terms
+        from del_plugin.core.criteria import digit_criterion_sums
 
-        targets = digit_targets_from_hidden(hidden, weight, self.aligned, self.vocab)
-        return ALPHA * digit_criterion_terms(criterion, targets, self.places).sum() / self.n_digits.clamp(min=1)
+        targets = digit_targets_from_hidden(hidden, weight, self.aligned, self.vocab, self.positions)
+        return ALPHA * digit_criterion_sums(criterion, targets, self.places).loss / self.n_digits.clamp(min=1)
 
     def del_logits_api(self, logits: torch.Tensor) -> torch.Tensor:
         from del_plugin.core import digit_entropy_loss
@@ -302,19 +311,17 @@ class Case:
         """One forward + backward: ``added`` is None (CE alone), "del" (from the hidden states, as the trainer
         computes it) or a term read from the logits ("del (logits API)" or "naive")."""
         from del_plugin.core import digit_targets_from_hidden
-        from del_plugin.core.criteria import del_token_losses
-        from del_plugin.core.places import place_weights
+        from del_plugin.core.criteria import digit_criterion_sums
 
         weight = self.head[head]
         hidden = self.hidden_view()
         digits = None
         if added == "del":  # DigitLogitsCapture's hook runs on the final norm, before the head
-            digits = digit_targets_from_hidden(hidden, weight, self.aligned, self.vocab)
+            digits = digit_targets_from_hidden(hidden, weight, self.aligned, self.vocab, self.positions)
         logits = F.linear(hidden, weight)
         loss = self.ce(kind, logits)
-        if digits is not None:
-            per_position = del_token_losses(digits, place_weights(self.places))
-            loss = loss + ALPHA * per_position.sum() / self.n_digits.clamp(min=1)
+        if digits is not None:  # the trainer's sum, with the statistics it logs
+            loss = loss + ALPHA * digit_criterion_sums("del", digits, self.places).loss / self.n_digits.clamp(min=1)
         elif added == "del (logits API)":
             loss = loss + self.del_logits_api(logits)
         elif added == "naive":
@@ -593,6 +600,10 @@ def term_only(case: Case, label: str, bar, rounds: int, extras: bool) -> dict:
         bar.set_postfix_str(f"{label} term only, ops {name}")
         census[name] = benchlib.op_census(fn).as_dict()
         clear()
+    sync_free = None
+    if case.hidden.device.type == "cuda":  # any call that waits for the device raises, forward or backward
+        sync_free = cuda_sync_free(fns["del"])
+        clear()
     naive = values.get("naive (from logits)", values["del"])
     if not math.isclose(naive, values["del"], rel_tol=1e-4, abs_tol=1e-6):
         raise AssertionError(f"{label}: naive term {naive} != our DEL term {values['del']}")
@@ -619,11 +630,28 @@ def term_only(case: Case, label: str, bar, rounds: int, extras: bool) -> dict:
         }
         for name in fns
     }
+    out["del"]["cuda_sync_free"] = sync_free
     if logits_leaf is not None:
         out["naive_over_ours_cpu"] = timings.ratio("naive (from logits)", "del", "cpu")
         out["naive_over_ours_wall"] = timings.ratio("naive (from logits)", "del", "wall")
         out["naive_over_ours_user"] = timings.ratio("naive (from logits)", "del", "user")
     return out
+
+
+def cuda_sync_free(fn: Callable[[], object]) -> bool | str:
+    """Run ``fn`` once under ``torch.cuda.set_sync_debug_mode("error")``: True when nothing in it (forward, and the
+    backward on autograd's device thread) waited for the device, else the error that named the first wait."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fn()
+    except RuntimeError as error:
+        if "synchroniz" not in str(error):
+            raise
+        return str(error).splitlines()[0]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return True
 
 
 def del_rows(results: dict):
@@ -682,6 +710,10 @@ def evaluate_targets(results: dict) -> dict:
             "naive_term_over_ours_min_cpu": min(speedups, default=None),
             "ten_times_faster_than_naive_cpu": bool(speedups) and min(speedups) >= 10,
             "every_shape_measured": not results["skipped"],
+            # on a GPU: the term alone ran under torch.cuda.set_sync_debug_mode("error") without an error
+            "term_cuda_sync_free": None
+            if all(c["term_only"]["del"].get("cuda_sync_free") is None for c in results["cases"])
+            else all(c["term_only"]["del"].get("cuda_sync_free") is True for c in results["cases"]),
         }
     )
     return out

@@ -19,12 +19,20 @@ CUDA (``aten::_local_scalar_dense`` of ``.item()`` and ``bool()``, ``aten::nonze
 one token per digit) and ``llama-bpe`` (Llama-3, number tokens of 1-3 digits); two heads: frozen (LoRA, QLoRA)
 and trainable (full fine-tuning: the digit rows' gradient is added into the head's).
 
+Then the digit term alone at a 7-8B model's head (``loss_step.term_only``: forward + backward from the hidden
+states, frozen head, 8,192 tokens of GSM8K, H = 4,096, V = 32,000 with ``llama-spm`` and 128,256 with ``llama-bpe``,
+float32 on the CPU): its time, memory, launches and host synchronisations. Everything twice: DEL's small ops one
+by one (``DEL_PLUGIN_COMPILE=0``, the CPU's default) and compiled (``=1``, what a CUDA device gets by default,
+:mod:`del_plugin.core.fused`). On a CPU the compiled programs are Inductor's C++ kernels, counted as launches as
+a GPU's Triton kernels would be; their times here say nothing of a GPU's.
+
 ``python bench/step_ops.py`` writes ``bench/results/step_ops.json`` and ``.md``; ``--help`` for options.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -55,7 +63,7 @@ def packed_batch(tokenizer, vocab, rows: int, seq_len: int) -> dict:
     from del_plugin.hf.collator import NumberSpanCollator
     from del_plugin.tooling.assets import gsm8k_rows
 
-    features = collation.tokenize(gsm8k_rows(rows * seq_len // 100), tokenizer, seq_len)
+    features = collation.tokenize(gsm8k_rows(max(16, rows * seq_len // 100)), tokenizer, seq_len)
     packs = collation.pack(features, seq_len)[:rows]
     if len(packs) < rows:
         raise ValueError(f"too few GSM8K problems for {rows} packs of {seq_len} tokens")
@@ -99,17 +107,21 @@ def train_step(trainer, batch: dict) -> None:
     trainer.model.zero_grad(set_to_none=True)
 
 
-def census_case(tokenizer_name: str, head: str, rows: int, seq_len: int) -> dict:
+def census_case(tokenizer_name: str, head: str, rows: int, seq_len: int, number_positions: bool = True) -> dict:
+    """DEL's census in one training step: the step with DEL minus the step without. ``number_positions=False``
+    leaves the collator's number-token positions out of the batch (as for dispatched batches)."""
     from transformers import AutoModelForCausalLM
 
     from del_plugin.core import DigitVocab
     from del_plugin.core.places import NOT_A_DIGIT
-    from del_plugin.hf.collator import TARGET_PLACES_KEY
+    from del_plugin.hf.collator import NUMBER_POSITIONS_KEY, TARGET_PLACES_KEY
     from del_plugin.tooling.assets import load_tokenizer, tiny_model_dir
 
     tokenizer = load_tokenizer(tokenizer_name)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=tokenizer_name)
     batch = packed_batch(tokenizer, vocab, rows, seq_len)
+    if not number_positions:
+        batch.pop(NUMBER_POSITIONS_KEY, None)
     census = {}
     with tempfile.TemporaryDirectory() as tmp:
         for with_del in (False, True):
@@ -118,7 +130,7 @@ def census_case(tokenizer_name: str, head: str, rows: int, seq_len: int) -> dict
             model.get_output_embeddings().weight.requires_grad_(head == "trainable")
             model.train()
             trainer = build_trainer(model, tokenizer, vocab, with_del, rows, tmp)
-            plain = {k: v for k, v in batch.items() if k != TARGET_PLACES_KEY}
+            plain = {k: v for k, v in batch.items() if not k.startswith("del_")}  # the collator's own keys
             step_batch = batch if with_del else plain
             train_step(trainer, step_batch)  # the first step: start-up check, caches, compilation
             census["on" if with_del else "off"] = benchlib.op_census(partial(train_step, trainer, step_batch))
@@ -168,6 +180,23 @@ def term_case(tokenizer_name: str, vocab_size: int, tokens: int, hidden: int, ro
     }
 
 
+@contextlib.contextmanager
+def compile_mode(mode: str):
+    """``eager``: DEL's small ops one by one (the CPU's default); ``compiled``: as one program each
+    (``DEL_PLUGIN_COMPILE=1``, what a CUDA device gets by default); ``as is``: the environment unchanged (a
+    library without ``del_plugin.core.fused``)."""
+    saved = os.environ.get("DEL_PLUGIN_COMPILE")
+    if mode != "as is":
+        os.environ["DEL_PLUGIN_COMPILE"] = {"eager": "0", "compiled": "1"}[mode]
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("DEL_PLUGIN_COMPILE", None)
+        else:
+            os.environ["DEL_PLUGIN_COMPILE"] = saved
+
+
 def run(args) -> dict:
     torch.set_num_threads(args.threads)
     results = {
@@ -177,26 +206,34 @@ def run(args) -> dict:
         "cases": [],
         "term_cases": [],
     }
-    for tokenizer_name in args.tokenizers:
-        for head in HEADS:
-            if not args.quiet:
-                print(f"step ops: {tokenizer_name}, {head} head", flush=True)
-            results["cases"].append(census_case(tokenizer_name, head, args.rows, args.seq_len))
-    for tokenizer_name, vocab_size in TERM_SHAPES:
-        if tokenizer_name in args.tokenizers and args.term_tokens:
-            if not args.quiet:
-                print(f"step ops: the term alone, {tokenizer_name}, {args.term_tokens} x {vocab_size}", flush=True)
-            results["term_cases"].append(
-                term_case(tokenizer_name, vocab_size, args.term_tokens, args.term_hidden, args.rounds)
-            )
+    for mode in args.modes:
+        for tokenizer_name in args.tokenizers if "step" in args.parts else ():
+            for head in HEADS:
+                if not args.quiet:
+                    print(f"step ops ({mode}): {tokenizer_name}, {head} head", flush=True)
+                with compile_mode(mode):
+                    case = census_case(tokenizer_name, head, args.rows, args.seq_len)
+                results["cases"].append({"mode": mode, **case})
+        for tokenizer_name, vocab_size in TERM_SHAPES:
+            if tokenizer_name in args.tokenizers and args.term_tokens and "term" in args.parts:
+                if not args.quiet:
+                    print(f"step ops ({mode}): the term alone, {tokenizer_name}, {args.term_tokens} x {vocab_size}")
+                with compile_mode(mode):
+                    term = term_case(tokenizer_name, vocab_size, args.term_tokens, args.term_hidden, args.rounds)
+                results["term_cases"].append({"mode": mode, **term})
     results["targets"] = {
         "no_host_sync_in_dels_path": all(
             c["del"]["syncs"] <= 0 and c["del"]["host_reads"] <= 0 for c in results["cases"]
         )
         and all(t["host_syncs"] == 0 for t in results["term_cases"]),
-        "del_launches_max": max(c["del"]["launches"] for c in results["cases"]),
-        "term_launches_max": max((t["launches"] for t in results["term_cases"]), default=None),
     }
+    for mode in args.modes:
+        results["targets"][f"del_launches_max_{mode}"] = max(
+            (c["del"]["launches"] for c in results["cases"] if c["mode"] == mode), default=None
+        )
+        results["targets"][f"term_launches_max_{mode}"] = max(
+            (t["launches"] for t in results["term_cases"] if t["mode"] == mode), default=None
+        )
     return results
 
 
@@ -212,6 +249,7 @@ def tables(results: dict) -> str:
         d = c["del"]
         rows.append(
             [
+                c.get("mode", "as is"),
                 c["tokenizer"],
                 c["head"],
                 f"{c['step_without_del']['launches']:,}",
@@ -224,15 +262,17 @@ def tables(results: dict) -> str:
         found = {**d["sync_ops"], **d["host_read_calls"]}
         if found:
             sync_lines.append(
-                f"- {c['tokenizer']}, {c['head']} head: " + "; ".join(f"{n} x {k}" for k, n in found.items())
+                f"- {c.get('mode', 'as is')}, {c['tokenizer']}, {c['head']} head: "
+                + "; ".join(f"{n} x {k}" for k, n in found.items())
             )
         if d["cpu_only_check_ops"]:
             sync_lines.append(
-                f"- {c['tokenizer']}, {c['head']} head, CPU only: "
+                f"- {c.get('mode', 'as is')}, {c['tokenizer']}, {c['head']} head, CPU only: "
                 + "; ".join(f"{n} x {k}" for k, n in d["cpu_only_check_ops"].items())
             )
     table = benchlib.markdown_table(
         [
+            "DEL's small ops",
             "tokenizer",
             "head",
             "launches, step without DEL",
@@ -243,9 +283,13 @@ def tables(results: dict) -> str:
         ],
         rows,
     )
-    ops = [f"- {c['tokenizer']}, {c['head']} head: {_ops(c['del']['by_op'])}" for c in results["cases"]]
+    ops = [
+        f"- {c.get('mode', 'as is')}, {c['tokenizer']}, {c['head']} head: {_ops(c['del']['by_op'])}"
+        for c in results["cases"]
+    ]
     term_rows = [
         [
+            t.get("mode", "as is"),
             t["tokenizer"],
             f"{t['tokens']:,} x {t['vocab_size']:,}, H {t['hidden_size']:,}",
             f"{t['digit_targets']:,}",
@@ -258,23 +302,39 @@ def tables(results: dict) -> str:
         for t in results["term_cases"]
     ]
     term = benchlib.markdown_table(
-        ["tokenizer", "tokens x V", "digit targets", "CPU ms", "wall ms", "peak MiB", "launches", "host syncs"],
+        [
+            "DEL's small ops",
+            "tokenizer",
+            "tokens x V",
+            "digit targets",
+            "CPU ms",
+            "wall ms",
+            "peak MiB",
+            "launches",
+            "host syncs",
+        ],
         term_rows,
     )
-    c0 = results["cases"][0]
-    return (
-        f"One training step (get_batch_samples, compute_loss, backward) of a tiny Llama, {results['rows']} packed "
-        f"rows x {results['seq_len']} tokens of GSM8K; DEL's share = the step with DEL minus the step without.\n\n"
-        f"{table}\n\nHost synchronisations in DEL's path:\n\n"
-        + ("\n".join(sync_lines) if sync_lines else "- none")
-        + "\n\nDEL's launches by op (the largest differences):\n\n"
-        + "\n".join(ops)
-        + f"\n\n(first case: {c0['digit_targets']:,} digit targets; targets by digits held "
-        f"{c0['targets_by_digits']})\n\n"
-        "The digit term alone at a 7-8B model's head (forward + backward from the hidden states, frozen head, "
-        "GSM8K labels, float32 on this CPU; `loss_step.term_only`):\n\n"
-        f"{term}\n"
-    )
+    parts = []
+    if results["cases"]:
+        c0 = results["cases"][0]
+        parts.append(
+            f"One training step (get_batch_samples, compute_loss, backward) of a tiny Llama, {results['rows']} "
+            f"packed rows x {results['seq_len']} tokens of GSM8K; DEL's share = the step with DEL minus the step "
+            f"without.\n\n{table}\n\nHost synchronisations in DEL's path:\n\n"
+            + ("\n".join(sync_lines) if sync_lines else "- none")
+            + "\n\nDEL's launches by op (the largest differences):\n\n"
+            + "\n".join(ops)
+            + f"\n\n(first case: {c0['digit_targets']:,} digit targets; targets by digits held "
+            f"{c0['targets_by_digits']})\n"
+        )
+    if results["term_cases"]:
+        parts.append(
+            "The digit term alone at a 7-8B model's head (forward + backward from the hidden states, frozen head, "
+            "GSM8K labels, float32 on this CPU; `loss_step.term_only`: the trainer's term, with the statistics it "
+            f"logs):\n\n{term}\n"
+        )
+    return "\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -287,6 +347,20 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--term-hidden", type=int, default=4096, help="the term alone: H (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=7, help="the term alone: timed rounds (default %(default)s)")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=("eager", "compiled", "as is"),
+        default=["eager", "compiled"],
+        help="DEL's small ops one by one (the CPU's default) and/or compiled (CUDA's default) (default: both)",
+    )
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=("step", "term"),
+        default=["step", "term"],
+        help="the training step's census and/or the term alone (default: both)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--out", type=Path, default=benchlib.RESULTS_DIR / "step_ops.json")

@@ -222,3 +222,37 @@ def test_number_token_bench_end_to_end(number_token_cases):
     assert out["methods"][loss_step.method_name("plain", "frozen", "ce+del")]["extra_peak_bytes"] > 0
     text = number_tokens.tables(results)
     assert "| llama-bpe | plain | trainable |" in text and "_HiddenNumberLogits" in text
+
+
+def test_op_census_names_every_host_synchronisation():
+    """benchlib.op_census on ops whose host synchronisations are known: boolean indexing (a nonzero forward and
+    one in its backward), float() (a read of the value), .tolist() and torch.tensor(host data) (no aten op: seen
+    by the function mode), and one_hot's range checks, which read the data on the CPU only. A function of plain
+    element-wise ops has none, and launches a handful of kernels."""
+    x = torch.randn(16, requires_grad=True)
+    mask = torch.arange(16) % 3 == 0
+
+    def clean():
+        x.grad = None
+        (x * 2).sum().backward()
+
+    def syncing():
+        x.grad = None
+        x[mask].sum().backward()
+        x.detach().tolist()
+        torch.tensor([1.0])
+        float(x.detach().sum())
+        torch.nn.functional.one_hot(torch.arange(3), 5)
+
+    plain = benchlib.op_census(clean)
+    assert (plain.syncs, plain.host_reads, plain.cpu_only_checks) == ({}, {}, {})
+    assert 2 <= plain.launches <= 8
+    found = benchlib.op_census(syncing)
+    assert found.syncs == {
+        "aten::index > aten::nonzero": 1,
+        "aten::_index_put_impl_ > aten::nonzero": 1,
+        "aten::item > aten::_local_scalar_dense": 1,
+    }
+    assert found.host_reads == {"tolist()": 1, "tensor()": 1}
+    assert found.cpu_only_checks == {"aten::one_hot > aten::item > aten::_local_scalar_dense": 2}
+    assert found.sync_count == 5 and found.minus(plain).launches == found.launches - plain.launches

@@ -199,3 +199,71 @@ def test_dispatched_batches_are_collated_without_positions(bpe_trainer_parts, tm
         step_ops.train_step(trainer, without)
         assert torch.isfinite(trainer.del_metrics.sums["train"]["del"])
     assert _trainer(bpe_trainer_parts, tmp_path).data_collator.number_positions is True
+
+
+# ---------------------------------------------------------------------------------------------- the GPU check
+def test_gpu_check_runs_the_number_tokens_and_the_loss_step_and_fails_on_host_syncs(monkeypatch, capsys):
+    """scripts/gpu_check.py's bookkeeping with its runs faked: by default the plain pair, the number-token pair
+    (its own model, with number tokens at Llama-3's vocabulary), the loss step, then the fused kernels' pairs; it
+    fails when DEL's calls synchronise, when a DEL run's steps synchronise more often than the run without, or
+    when the loss step's term alone waited for the GPU."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check_speed", Path(__file__).parents[1] / "scripts/gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    order, built = [], {}
+    syncs = {"plain": (2.0, 2.0, 0.0), "numbers": (2.0, 2.0, 0.0), "liger": (2.0, 3.0, 0.0), "cce": (2.0, 2.0, 1.0)}
+
+    def fake_launch(args, workdir, pair, variant):
+        order.append((pair, variant))
+        off_syncs, on_syncs, del_syncs = syncs[pair]
+        return {
+            "pair": pair,
+            "del": variant == "on",
+            "trainer": "DELTrainer" if variant == "on" else "AxolotlTrainer",
+            "forward": "?.forward",
+            "attention": "sdpa",
+            "steps": args.warmup + args.steps,
+            "step_time_s": 0.5,
+            "peak_allocated_gib": None,
+            "peak_reserved_gib": None,
+            "last_log": dict.fromkeys(gpu_check.DEL_KEYS, 1.0) if variant == "on" else {},
+            "syncs_per_step": on_syncs if variant == "on" else off_syncs,
+            "del_syncs_per_step": del_syncs if variant == "on" else None,
+            "wall_s": 1.0,
+        }
+
+    def fake_loss_step(args, workdir):
+        order.append(("loss step", None))
+        row = {"shape": "8,192 x 128,256", "tokenizer": "synthetic number tokens", "term_ms": 0.2}
+        row.update(term_over_fastest_ce=0.01, term_kernels=12, term_sync_free="called a synchronizing CUDA operation")
+        return {"tables": "(tables)", "targets": {"memory_le_1.02_every_case": True}, "summary": [row], "wall_s": 9.0}
+
+    monkeypatch.setattr(gpu_check, "launch", fake_launch)
+    monkeypatch.setattr(gpu_check, "run_loss_step", fake_loss_step)
+    monkeypatch.setattr(gpu_check, "unavailable", lambda pair, args: None)
+    monkeypatch.setattr(gpu_check, "build_model_dir", lambda args, out: built.update({out.name: args}) or 0)
+    monkeypatch.setattr(gpu_check, "write_arithmetic_rows", lambda path, rows: None)
+    assert gpu_check.main(["--cpu-smoke", "--loss-step"]) == 1
+    assert [p for p, _ in order] == [
+        "plain",
+        "plain",
+        "numbers",
+        "numbers",
+        "loss step",
+        "liger",
+        "liger",
+        "cce",
+        "cce",
+    ]
+    assert not built["model"].number_tokens and built["model-numbers"].number_tokens
+    assert built["model-numbers"].vocab == gpu_check.SMOKE_NUMBERS_VOCAB
+    assert gpu_check.parse_args([]).numbers_vocab == 128_256 and gpu_check.parse_args([]).loss_step
+    captured = capsys.readouterr()
+    failures = [line for line in captured.err.splitlines() if "FAILED" in line]
+    assert len(failures) == 3, failures
+    assert any("Liger FLCE: 3 host synchronisations per step with DEL, 2 without" in f for f in failures)
+    assert any("cce, DEL on: DEL's calls after the forward made the host wait" in f for f in failures)
+    assert any("loss step 8,192 x 128,256: DEL's term alone waited" in f for f in failures)
+    assert "host synchronisations per step (numbers): training_step 2 (DEL off), 2 (DEL on)" in captured.out

@@ -441,7 +441,7 @@ def test_del_eval_end_to_end_report_is_consistent_with_its_generations(digit_mod
     )
     assert code == 0
     report = load_report(out)
-    assert report["schema"] == "del-eval/1" and report["status"] == "complete" and report["error"] is None
+    assert report["schema"] == "del-eval/2" and report["status"] == "complete" and report["error"] is None
     assert report["model"]["prompt_format"] == "alpaca"  # the tiny model's tokenizer has no chat template
     assert report["model"]["dtype"] == "float32" and report["model"]["device"] == "cpu"
     assert set(report["files"]["plots"]) == {"entropy_histogram.png", "place_accuracy.png"}

@@ -203,6 +203,7 @@ class RunReport:
                     kept.append(entry["name"])
             if previous.get("model", {}).get("base"):
                 data["model"] = previous["model"]
+            data["warnings"] = [w for w in previous.get("warnings", []) if w.split(":")[0] in kept]
         report = cls(out_dir, data, kept)
         report._open_generations()
         report.save()

@@ -259,7 +259,7 @@ def _generate(task: EvalTask, lm, prompt_format, settings: EvalSettings, report:
                 metrics.programs.ran += int(program is not None and program["status"] == "ok")
                 if verdict.answered:
                     metrics.programs.answered += 1
-                    save(problem, verdict, text, n_tokens, done, "program", program)
+                    save(problem, verdict, text, n_tokens, done, "program-of-thought", program)
                 else:
                     metrics.programs.cot_fallback += 1
                     pending.append((problem, {"output": text} | (program or {})))

@@ -114,7 +114,7 @@ def score_predictions(
             if metrics.programs is not None:
                 metrics.programs.answered += int(verdict.answered)
             metrics.add(verdict, problem.reference)
-            mode = "as given" if attempt is None else "program"
+            mode = "as given" if attempt is None else "program-of-thought"
             report.write_generation(generation_record(task, problem, verdict, text, mode=mode, program=attempt))
         report.set_generation(task.name, metrics)
         report.complete_task(task.name)

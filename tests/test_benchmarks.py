@@ -54,6 +54,11 @@ def benchmark_dir(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def math_set():
+    return load_benchmark("math")
+
+
 # ---------------------------------------------------------------------------------------------- the files
 
 
@@ -241,8 +246,8 @@ def test_latex_normaliser(raw, normal):
         (0, "The boxed answer is \\boxed{2} and then \\boxed{3}", "3", False),  # the last box
     ],
 )
-def test_math_answers_on_real_problems(index, output, prediction, correct):
-    problem = load_benchmark("math").problems[index]
+def test_math_answers_on_real_problems(index, output, prediction, correct, math_set):
+    problem = math_set.problems[index]
     verdict = score_math(output, problem.reference)
     if prediction is not None:
         assert verdict.prediction == prediction

@@ -593,6 +593,8 @@ def test_all_seven_benchmarks_end_to_end(benchmark_run):
         # teacher forcing where the set has reference solutions (GSM8K answers, MATH solutions, AQuA rationales)
         assert (entry["teacher_forced"] is not None) is (name in ("gsm8k", "math", "aqua")), name
         assert entry["source"]["verified"] is (name not in ("simuleq", "sat"))
+    for name in ("simuleq", "sat"):
+        assert any(w.startswith(f"{name}: ") and "is not the authors' file" in w for w in report["warnings"])
     assert report["macc"]["value"] == pytest.approx(sum(accuracies.values()) / 7)
     assert (report["macc"]["label"], report["macc"]["complete"]) == ("mACC", True)
     markdown = (out / "report.md").read_text()

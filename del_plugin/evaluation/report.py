@@ -226,8 +226,10 @@ class RunReport:
         timing[key] = round(timing.get(key, 0.0) + seconds, 2)
 
     def warn(self, message: str) -> None:
+        """Log ``message`` and keep it in the report (once: a resumed run keeps its sets' warnings)."""
         LOG.warning(message)
-        self.data["warnings"].append(message)
+        if message not in self.data["warnings"]:
+            self.data["warnings"].append(message)
 
     def start_task(self, task) -> None:
         self._entry(task.name).update(status="running", generation=None, teacher_forced=None)

@@ -88,7 +88,7 @@ def evaluate(
         raise ValueError("evaluate needs out_dir, the folder the report is written to")
     require_eval_extra()
     tasks = plan_tasks(data, benchmarks, benchmark_dir, settings.limit)
-    _log_plan(tasks)
+    warnings = _log_plan(tasks)
     name = name or (Path(adapter).name if adapter else Path(model).name)
     report = RunReport.open(
         Path(out_dir),
@@ -100,10 +100,12 @@ def evaluate(
         tasks=tasks,
         overwrite=overwrite,
     )
+    for warning in warnings:
+        report.warn(warning)
     try:
         todo = [t for t in tasks if not report.is_complete(t.name)]
         for task in tasks:
-            if task not in todo:
+            if report.is_complete(task.name):
                 LOG.info("%s: already scored in %s, kept", task.name, report.json_path)
         if todo:
             lm, prompt_format = _load(model, adapter, settings, report)
@@ -118,25 +120,22 @@ def evaluate(
     return report.data
 
 
-def _log_plan(tasks: Sequence[EvalTask]) -> None:
+def _log_plan(tasks: Sequence[EvalTask]) -> list[str]:
+    """Log what each set holds; returns the warnings the report must carry (a user's file that is not the
+    authors')."""
+    warnings = []
     for task in tasks:
         for issue in task.issues:
             LOG.warning("skipped %s", issue)
         what = f"{len(task.problems)} problems"
         if task.benchmark is not None:
             what += f" of {task.lines_read}"
-            if not task.source["verified"]:
-                LOG.warning(
-                    "%s: %s is not the authors' file (sha256 %s, expected %s): its accuracy is not comparable "
-                    "with the paper's",
-                    task.name,
-                    task.source["path"],
-                    task.source["sha256"],
-                    task.source["expected_sha256"],
-                )
+            if task.source_warning():
+                warnings.append(task.source_warning())
         else:
             what += f" ({len(task.issues)} lines skipped)"
         LOG.info("%s: %s, from %s", task.name, what, task.source["path"])
+    return warnings
 
 
 def _load(model, adapter, settings: EvalSettings, report: RunReport):

@@ -94,6 +94,8 @@ def score_predictions(
         tasks=[task],
         overwrite=True,
     )
+    if task.source_warning():
+        report.warn(task.source_warning())
     try:
         metrics = GenerationMetrics(task.scoring)
         report.start_task(task)

@@ -60,6 +60,15 @@ class EvalTask:
     def program_question(self, problem: Problem) -> str:
         return problem.question + PROGRAM_SUFFIX
 
+    def source_warning(self) -> str | None:
+        """The warning a benchmark read from a file that is not the authors' must carry, else None."""
+        if self.source.get("verified") is not False:
+            return None
+        return (
+            f"{self.name}: {self.source['path']} is not the authors' file (sha256 {self.source['sha256']}, "
+            f"expected {self.source['expected_sha256']}): its accuracy is not comparable with the paper's"
+        )
+
     @property
     def has_solutions(self) -> bool:
         return any(p.solution for p in self.problems)

@@ -463,3 +463,19 @@ def test_what_a_program_starts_is_stopped_with_it(tmp_path):
     status = f"/proc/{pid}/status"
     # gone, or a zombie waiting for a parent that reaps it (killed either way)
     assert not os.path.exists(status) or "State:\tZ" in open(status).read()
+
+
+def test_score_runs_programs_only_when_asked(tmp_path):
+    program = "dvds = 76 - 25\nprint(dvds)"  # SVAMP 0: 51
+    predictions = [{"id": 0, "output": program}, {"id": 1, "output": "The answer is 5"}]
+    as_text = score_predictions("svamp", predictions, tmp_path / "text")
+    (first, _) = [json.loads(line) for line in (tmp_path / "text" / "generations.jsonl").read_text().splitlines()]
+    assert (first["mode"], first["prediction"], first["correct"]) == ("as given", "25", False)  # the last number
+    assert as_text["datasets"][0]["generation"]["program_of_thought"] is None
+    run = score_predictions("svamp", predictions, tmp_path / "run", program_of_thought=True)
+    (first, second) = [json.loads(line) for line in (tmp_path / "run" / "generations.jsonl").read_text().splitlines()]
+    assert (first["mode"], first["prediction"], first["correct"]) == ("program-of-thought", "51", True)
+    assert first["program"] == {"status": "ok", "stdout": "51\n", "detail": ""}
+    assert second["mode"] == "as given" and second["program"] is None
+    counts = run["datasets"][0]["generation"]["program_of_thought"]
+    assert counts == {"asked": 2, "programs": 1, "ran": 1, "answered": 2, "cot_fallback": 0}

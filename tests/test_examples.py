@@ -220,6 +220,17 @@ def test_example_passes_axolotl_validation_as_shipped(example_id):
         assert hasattr(module, family.decoder_layer)
 
 
+def test_full_examples_share_the_fsdp_config_that_trains_in_two_processes():
+    # tests/test_fsdp2_cpu_e2e.py trains codellama-7b's fsdp_config under FSDP2 on two ranks (a tiny Llama): the
+    # other full examples differ from it in their decoder layer class only
+    tested = load_example("codellama-7b/full-fsdp")["fsdp_config"]
+    assert tested["transformer_layer_cls_to_wrap"] == "LlamaDecoderLayer"
+    for family_id, family in FAMILIES.items():
+        config = load_example(f"{family_id}/full-fsdp")["fsdp_config"]
+        assert config["transformer_layer_cls_to_wrap"] == family.decoder_layer
+        assert {**config, "transformer_layer_cls_to_wrap": "LlamaDecoderLayer"} == tested, family_id
+
+
 def test_authors_weights_convert_to_the_documented_del_alpha():
     # worked out by hand from the authors' scripts (see docs/examples.md)
     assert FAMILIES["codellama-7b"].authors.del_alpha == 0.1

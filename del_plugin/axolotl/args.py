@@ -257,8 +257,9 @@ class DELArgs(CriterionParamArgs):
         """ZeRO-3 partitions the head weight, whose digit rows DEL reads inside the forward."""
         if zero_stage(data.get("deepspeed")) == 3:
             _refuse(
-                "DeepSpeed ZeRO-3 partitions the LM head weight, and DEL reads ten of its rows in the forward "
-                "pass; use ZeRO-2 (`deepspeed: deepspeed_configs/zero2.json`) or FSDP"
+                "DeepSpeed ZeRO-3 partitions the LM head weight, and DEL reads its digit rows in the forward "
+                "pass; shard with FSDP2 instead, with the fsdp_config of examples/*/full-fsdp.yml "
+                "(docs/distributed.md), or use ZeRO-2 (`deepspeed: deepspeed_configs/zero2.json`)"
             )
 
     @model_validator(mode="before")

@@ -396,6 +396,7 @@ class DigitLogitsCapture:
         self._decoder_calls = 0
         self._lora_calls: dict[str, int] = {}
         self._lora_expected: list[str] = []
+        self._autocast_dtype: torch.dtype | None = None  # autocast's dtype inside the forward, if it was on
 
     # ------------------------------------------------------------------ hooks
     def _on_decoder(self, module, args, output) -> None:
@@ -413,6 +414,10 @@ class DigitLogitsCapture:
                 "hidden state tensor"
             )
         self._lora_expected = self.lora.active() if self.lora is not None else []
+        # read here, inside the forward: a wrapper that autocasts the forward (accelerate's mixed precision) has
+        # switched autocast off again by the time the forward returns
+        device = hidden.device.type
+        self._autocast_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         grad = torch.is_grad_enabled() and self.differentiable
         bias = getattr(self.head, "bias", None)
         weight, freed_after = self._whole_head_weight(), _sharded_by_fsdp2(self._model)
@@ -520,6 +525,7 @@ class DigitLogitsCapture:
         finally:
             model.train(was_training)
             self.differentiable = differentiable
+            autocast_dtype = self._autocast_dtype
             self._reset()
         theirs = logits[..., ids.to(logits.device)]  # [B, T, F, 10], or [B, T, R] for number tokens
         keep = torch.ones(theirs.shape[:2], dtype=torch.bool, device=theirs.device)
@@ -534,6 +540,8 @@ class DigitLogitsCapture:
         dtypes = [logits.dtype, self.head.weight.dtype]
         if torch.is_autocast_enabled(device):
             dtypes.append(torch.get_autocast_dtype(device))
+        if autocast_dtype is not None:  # a wrapper that autocast the forward alone (see _on_decoder)
+            dtypes.append(autocast_dtype)
         tolerance = max(logits_tolerance(dtype, scale) for dtype in dtypes)
         if not difference <= tolerance:
             transform = self.transform.description if self.transform is not None else "none"

@@ -168,6 +168,11 @@ def axolotl_data(tmp_path_factory):
 
 
 LIGER = "axolotl.integrations.liger.LigerPlugin"
+# the typical all-kernels Liger config (tests/test_liger_real.py says what the interpreter needs for it)
+LIGER_ALL_KERNELS = dict(
+    liger_rope=True, liger_rms_norm=True, liger_glu_activation=True, liger_fused_linear_cross_entropy=True
+)
+KERNEL = ("liger_cross_entropy_kernel",)
 
 
 def run_logged(tmp_path, data, **overrides):
@@ -194,24 +199,24 @@ def assert_logs_match(runs: dict, reference: str = "plain"):
 @pytest.mark.e2e
 @pytest.mark.interpreter
 def test_axolotl_with_every_cross_entropy_kernel(tmp_path, axolotl_data):
-    """The same DEL run (same ``seed``: Axolotl's validation split depends on it) with plain, chunked, Liger's fused
-    linear and Liger's cross-entropy (``LigerPlugin``, their real kernels under the interpreter), and the Cut Cross
-    Entropy forward (float32: the exact torch loss): every DEL metric is logged in training and evaluation, with the
-    same values."""
+    """The same DEL run (same ``seed``: Axolotl's validation split depends on it) with plain, chunked, Liger's typical
+    all-kernels config (RoPE, RMSNorm, SwiGLU and the fused linear cross-entropy) and Liger's cross-entropy
+    (``LigerPlugin``, their real kernels under the interpreter), and the Cut Cross Entropy forward (float32: the exact
+    torch loss): every DEL metric is logged in training and evaluation, with the same values. (Liger replaces the
+    decoder's final norm and the MLPs; DEL's hook must still read the normed hidden state the head reads.)"""
     from transformers import LlamaForCausalLM
 
     runs = {"plain": run_logged(tmp_path / "plain", axolotl_data)}
     with restored_forwards():  # Axolotl's chunked loss replaces transformers' ForCausalLM loss for the process
         runs["chunked"] = run_logged(tmp_path / "chunked", axolotl_data, chunked_cross_entropy=True)
-    for name, key in (("liger_flce", "liger_fused_linear_cross_entropy"), ("liger_ce", "liger_cross_entropy")):
-        before = CALLS["liger_cross_entropy_kernel"]
+    for name, keys in (("liger_all", LIGER_ALL_KERNELS), ("liger_ce", {"liger_cross_entropy": True})):
+        kernels = ("rms_norm", "rope", "swiglu", "liger_cross_entropy_kernel") if name == "liger_all" else KERNEL
+        before = {k: CALLS[k] for k in kernels}
         with restored_forwards(), liger_on_cpu():
-            runs[name] = run_logged(
-                tmp_path / name, axolotl_data, plugins=[LIGER, "del_plugin.DELPlugin"], **{key: True}
-            )
+            runs[name] = run_logged(tmp_path / name, axolotl_data, plugins=[LIGER, "del_plugin.DELPlugin"], **keys)
             patched = LlamaForCausalLM.forward.__module__
-        assert CALLS["liger_cross_entropy_kernel"] > before, name  # Liger's loss ran, not transformers'
-        assert (patched == "liger_kernel.transformers.model.llama") == (name == "liger_flce")
+        assert all(CALLS[k] > before[k] for k in kernels), (name, before, CALLS)  # Liger's kernels ran
+        assert (patched == "liger_kernel.transformers.model.llama") == (name == "liger_all")
     before = CALLS["cce_style_forward"]
     with restored_forwards():
         LlamaForCausalLM.forward = cce_style_forward

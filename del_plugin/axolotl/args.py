@@ -15,14 +15,12 @@ import json
 import re
 from typing import Any
 
-from axolotl.utils.logging import get_logger
 from pydantic import Field, create_model, field_validator, model_validator
 
 from ..core.criteria import CRITERIA, criteria_names, criterion_spec
 from ..core.places import PlaceWeighting
 from ..hf.settings import DEFAULT_ALPHA, DELSettings
-
-LOG = get_logger(__name__)
+from .logs import LOG
 
 PLUGIN_NAME = "del_plugin.DELPlugin"
 

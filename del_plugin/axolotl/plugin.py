@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 from axolotl.integrations.base import BasePlugin
-from axolotl.utils.logging import get_logger
 
 from .args import plugin_enabled
-
-LOG = get_logger(__name__)
 
 
 class DELPlugin(BasePlugin):

@@ -78,6 +78,9 @@ class DELTrainerMixin:
     ``digit_targets`` for training and evaluation."""
 
     del_settings: DELSettings | None = None
+    # where the start-up lines (criterion and weight, digit layout, the logit check) go; a host whose console shows
+    # only its own loggers sets its own (the Axolotl trainer does)
+    del_log = LOG
 
     def __init__(self, *args, del_settings: DELSettings | None = None, del_vocab: DigitVocab | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -107,13 +110,15 @@ class DELTrainerMixin:
             model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
             state = spec.prepare(model) if spec.prepare else {}
             self.compute_loss_func = TokenCriterionLoss(settings, state)
-        LOG.info(
-            "DEL: criterion %s, alpha=%s, place weighting %s, %s in %s",
+        alone = settings.digit_alpha == 0 and spec.kind != "token"
+        self.del_log.info(
+            "DEL is on: criterion %s, alpha %s%s, place weighting %s; tokenizer %s: %s",
             settings.criterion,
             settings.alpha,
+            " (cross-entropy alone, digit metrics logged)" if alone else "",
             "on" if settings.weighting.enabled else "off",
-            vocab.describe(),
             vocab.name,
+            vocab.describe(),
         )
 
     # ------------------------------------------------------------------ normalisation
@@ -211,14 +216,14 @@ class DELTrainerMixin:
                 "nothing else accepts it (docs/architectures.md)"
             )
         if difference is None:
-            LOG.warning(
+            self.del_log.warning(
                 "DEL: model_type %r: the check forward returned no logits, so DEL's digit logits were not measured "
                 "against the model's own (the architecture's table entry is tested)",
                 capture.model_type,
             )
             capture.verified = True
         else:
-            LOG.info(
+            self.del_log.info(
                 "DEL: model_type %r: digit logits equal the model's own to %.3g (the check forward's largest "
                 "difference)",
                 capture.model_type,

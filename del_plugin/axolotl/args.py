@@ -48,6 +48,21 @@ def lora_targets_head(targets: Any) -> bool:
     return any(str(t) == "lm_head" or str(t).endswith(".lm_head") for t in targets or [])
 
 
+def cce_folds_lora_head() -> bool | None:
+    """Whether the installed Cut Cross Entropy folds a LoRA adapter on ``lm_head`` into its loss: Axolotl's fork does
+    since it hands the patched forwards the head module (``cut_cross_entropy.transformers.utils.apply_lce_lm_head``,
+    which appends ``scaling * A(dropout(h))`` to the hidden states and ``B`` to the classifier, calling ``lora_A``
+    as the head would); earlier forks pass ``lm_head.weight``, the base weight. None: no fork installed (Axolotl's
+    plugin then refuses the run with its install line)."""
+    import importlib
+
+    try:
+        utils = importlib.import_module("cut_cross_entropy.transformers.utils")
+    except ImportError:
+        return None
+    return hasattr(utils, "apply_lce_lm_head")
+
+
 def zero_stage(deepspeed: Any) -> int | None:
     """The ZeRO stage of Axolotl's ``deepspeed`` key (a JSON path or a dict), None if unknown or unset."""
     if isinstance(deepspeed, str):
@@ -237,15 +252,17 @@ class DELArgs(CriterionParamArgs):
     @model_validator(mode="before")
     @classmethod
     @_when_enabled
-    def refuse_lora_head_with_fused_loss(cls, data: dict) -> None:
-        """Fused kernels read ``lm_head.weight`` (the base weight): a LoRA adapter on the head would not train."""
-        fused = fused_cross_entropy(data)
-        if fused and lora_targets_head(data.get("lora_target_modules")):
+    def refuse_lora_head_with_liger_fused_loss(cls, data: dict) -> None:
+        """Liger's fused linear cross-entropy reads ``lm_head.weight`` (the base weight): a LoRA adapter on the head
+        would not train. (Axolotl 0.21's Cut Cross Entropy folds such adapters into its loss:
+        :func:`cce_folds_lora_head`, checked when the model loads.)"""
+        if data.get("liger_fused_linear_cross_entropy") and lora_targets_head(data.get("lora_target_modules")):
             _refuse(
-                f"a LoRA adapter on lm_head (`lora_target_modules`) with {' and '.join(f'`{k}`' for k in fused)}: "
-                "the fused kernel reads lm_head.weight, the base weight without the adapter, so the "
-                "cross-entropy would train without it while DEL and evaluation see it; train the head with "
-                "`lora_modules_to_save: [lm_head]` instead, or use plain cross-entropy"
+                "a LoRA adapter on lm_head (`lora_target_modules`) with `liger_fused_linear_cross_entropy`: Liger's "
+                "kernel reads lm_head.weight, the base weight without the adapter, so the cross-entropy would "
+                "train without it while DEL and evaluation see it; train the head with "
+                "`lora_modules_to_save: [lm_head]` instead, use Cut Cross Entropy (Axolotl's fork folds the adapter "
+                "into its loss), or plain cross-entropy"
             )
 
     @model_validator(mode="before")

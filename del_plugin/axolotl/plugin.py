@@ -4,7 +4,23 @@ from __future__ import annotations
 
 from axolotl.integrations.base import BasePlugin
 
-from .args import plugin_enabled
+from .args import PLUGIN_NAME, cce_folds_lora_head, fused_cross_entropy, lora_targets_head, plugin_enabled
+
+
+def check_lora_head_kernel(cfg) -> None:
+    """A LoRA adapter on ``lm_head`` beside Cut Cross Entropy trains only with a fork that folds it into the loss
+    (:func:`~del_plugin.axolotl.args.cce_folds_lora_head`); an earlier fork would train the cross-entropy without
+    it (DEL would then stop at the first step, its adapter hook not having run)."""
+    if cfg.get("adapter") not in ("lora", "qlora") or not lora_targets_head(cfg.get("lora_target_modules")):
+        return
+    if "cut_cross_entropy" in fused_cross_entropy(cfg) and cce_folds_lora_head() is False:
+        raise ValueError(
+            f"{PLUGIN_NAME}: a LoRA adapter on lm_head with Cut Cross Entropy, but the installed cut_cross_entropy "
+            "fork passes lm_head.weight (the base weight) to its kernel, so the cross-entropy would train without the "
+            'adapter; install the fork Axolotl names (pip install "cut-cross-entropy[transformers] @ '
+            'git+https://github.com/axolotl-ai-cloud/ml-cross-entropy.git@v0.1.1"), whose '
+            "apply_lce_lm_head folds it in, or train the head with `lora_modules_to_save: [lm_head]`"
+        )
 
 
 class DELPlugin(BasePlugin):
@@ -18,6 +34,7 @@ class DELPlugin(BasePlugin):
         already checked the tokenizer when it could load it; this also covers the case where it could not."""
         if not plugin_enabled(cfg):
             return
+        check_lora_head_kernel(cfg)
         from axolotl.loaders.tokenizer import load_tokenizer
 
         from ..core import DigitVocab

@@ -182,3 +182,26 @@ def test_other_configs_are_untouched_when_the_plugin_is_not_listed(base):
     cfg = base(plugins=[], rl=None, tokenizer_config=str(tokenizer_dir("llama-bpe")))
     del cfg["del_alpha"]
     assert load_config(cfg).plugins in ([], None)
+
+
+def test_the_installed_axolotl_version_is_checked_with_a_clear_message():
+    import importlib.metadata
+    import logging
+
+    from del_plugin.axolotl.logs import LOGGER_NAME
+    from del_plugin.axolotl.plugin import check_axolotl_version
+
+    assert check_axolotl_version() == importlib.metadata.version("axolotl") == "0.21.0"
+    assert check_axolotl_version("0.21.4") == "0.21.4"
+    with pytest.raises(RuntimeError, match=r"needs Axolotl >=0\.21\.0,<0\.22.*Axolotl 0\.20\.1 is installed.*0\.21\.0"):
+        check_axolotl_version("0.20.1")
+    # a handler of its own: Axolotl's logging set-up stops `axolotl.*` records from reaching pytest's root handler
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logging.getLogger(LOGGER_NAME).addHandler(handler)
+    try:
+        assert check_axolotl_version("0.22.0") == "0.22.0"
+    finally:
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+    assert any("tested with Axolotl 0.21.0; Axolotl 0.22.0 is installed" in r.getMessage() for r in records)

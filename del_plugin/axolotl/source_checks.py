@@ -1,5 +1,7 @@
-"""Early checks at config validation, before any model is loaded: the run's tokenizer splits numbers into single
-digits, and the model's config sets no post-head logit transform that DEL does not apply."""
+"""Early checks at config validation, before any model is loaded: the run's tokenizer gives DEL a ten-way
+distribution for every digit (one token per digit, or complete number tokens of 1-3 digits read slot by slot), and
+the model's config sets no post-head logit transform that DEL does not apply, nor a loss kernel its architecture
+refuses."""
 
 from __future__ import annotations
 

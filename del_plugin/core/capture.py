@@ -344,6 +344,10 @@ class DigitLogitsCapture:
             return
         self._decoder_calls += 1
         if self._decoder_calls > 1:
+            if not torch.is_grad_enabled():
+                # a host that runs the model again without gradients after its loss forward (TRL 1.16 recomputes
+                # the logits for `return_outputs`): the loss's forward is the one read
+                return
             raise DigitCaptureError("the decoder ran twice in one captured forward pass; capture one forward at a time")
         hidden = getattr(output, "last_hidden_state", None)
         if hidden is None:

@@ -165,9 +165,7 @@ class DELTrainerMixin:
         if not self.del_capture.verified:
             self._check_digit_logits(model, inputs)
         with self.del_capture:
-            loss, outputs = super().compute_loss(
-                model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
-            )
+            loss, outputs = self._host_compute_loss(model, inputs, return_outputs, num_items_in_batch)
         ce_logged, token_terms = self._token_criterion_parts(loss, num_items_in_batch)
         digits = self.del_capture.digit_targets(targets)
         l_sum = digit_criterion_terms(
@@ -192,6 +190,15 @@ class DELTrainerMixin:
         if alpha > 0:
             loss = loss + del_term
         return (loss, outputs) if return_outputs else loss
+
+    def _host_compute_loss(self, model, inputs, return_outputs: bool, num_items_in_batch):
+        """(loss, outputs or None) of the host's own ``compute_loss`` (with a token criterion, the Trainer's
+        ``compute_loss_func`` in it). Outputs only when asked for: a host may run the model again to build them
+        (TRL 1.16 does)."""
+        result = super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
+        return result if return_outputs else (result, None)
 
     # tokens of the first row that the start-up check runs the model on: enough to hold digits, cheap at 7B
     CHECK_TOKENS = 64

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from del_plugin.hf.settings import DEFAULT_ALPHA
 from del_plugin.tooling.assets import gsm8k_rows
 from del_plugin.tooling.cpu import CPU_KEYS, write_alpaca_jsonl
 
@@ -112,13 +113,20 @@ FAMILIES = {
         ),
     )
 }
-KINDS = ("qlora-24gb", "full-fsdp")
+# the quick-start QLoRA config at the advised weight, and the paper's full fine-tune at the authors' weight
+KINDS = ("qlora-24gb", "paper-full-fsdp")
 EXAMPLE_IDS = [f"{d}/{k}" for d in FAMILIES for k in KINDS]
 
 # The hardware each kind is written for, as Axolotl's validation takes it (normally probed from the local GPU).
 CAPABILITIES = {
     "qlora-24gb": {"bf16": True, "fp8": False, "tf32": True, "n_gpu": 1, "compute_capability": "sm_89"},  # RTX 4090
-    "full-fsdp": {"bf16": True, "fp8": False, "tf32": True, "n_gpu": 8, "compute_capability": "sm_90"},  # 8 x H100
+    "paper-full-fsdp": {
+        "bf16": True,
+        "fp8": False,
+        "tf32": True,
+        "n_gpu": 8,
+        "compute_capability": "sm_90",
+    },  # 8 x H100
 }
 
 # Everything a CPU run changes in the user's YAML besides the model and the data (see `cpu_run_config`).
@@ -186,7 +194,10 @@ def test_example_passes_axolotl_validation_as_shipped(example_id):
     assert cfg.plugins == ([CCE, "del_plugin.DELPlugin"] if kind == "qlora-24gb" else ["del_plugin.DELPlugin"])
     if kind == "qlora-24gb":
         assert cfg.cut_cross_entropy is True
-    assert cfg.del_alpha == pytest.approx(family.authors.del_alpha, rel=1e-12)
+    if kind == "qlora-24gb":  # the quick start follows docs/choosing-del-alpha.md; the paper's config, the authors
+        assert cfg.del_alpha == DEFAULT_ALPHA
+    else:
+        assert cfg.del_alpha == pytest.approx(family.authors.del_alpha, rel=1e-12)
     assert (cfg.del_place_weighting, cfg.del_integer_slope, cfg.del_decimal_base) == (True, 2.0, 1.02)
     assert [d["path"] for d in cfg.datasets] == ["TIGER-Lab/MathInstruct"]
     assert cfg.train_on_inputs is False
@@ -223,12 +234,56 @@ def test_example_passes_axolotl_validation_as_shipped(example_id):
 def test_full_examples_share_the_fsdp_config_that_trains_in_two_processes():
     # tests/test_fsdp2_cpu_e2e.py trains codellama-7b's fsdp_config under FSDP2 on two ranks (a tiny Llama): the
     # other full examples differ from it in their decoder layer class only
-    tested = load_example("codellama-7b/full-fsdp")["fsdp_config"]
+    tested = load_example("codellama-7b/paper-full-fsdp")["fsdp_config"]
     assert tested["transformer_layer_cls_to_wrap"] == "LlamaDecoderLayer"
     for family_id, family in FAMILIES.items():
-        config = load_example(f"{family_id}/full-fsdp")["fsdp_config"]
+        config = load_example(f"{family_id}/paper-full-fsdp")["fsdp_config"]
         assert config["transformer_layer_cls_to_wrap"] == family.decoder_layer
         assert {**config, "transformer_layer_cls_to_wrap": "LlamaDecoderLayer"} == tested, family_id
+
+
+ADVICE = "docs/choosing-del-alpha.md"
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(EXAMPLES.glob("*/*.yml")) + sorted(EXAMPLES.glob("ablation/*.yaml")),
+    ids=lambda path: str(path.relative_to(EXAMPLES)),
+)
+def test_every_example_says_where_its_weight_comes_from(path):
+    """The comment above `del_alpha` names the advice it follows or says it reproduces the paper; a quick start uses
+    the advised weight (the plugin's default) and shows the del_alpha 0 twin's command; the paper's weights live
+    only in configs named as reproductions (paper-*.yml, the paper's ablation)."""
+    text = path.read_text(encoding="utf-8")
+    reproduction = path.name.startswith("paper-") or path.parent.name == "ablation"
+    assert ADVICE in text, path
+    if reproduction:  # (the ablation's `mle` config has no weight)
+        assert "PAPER REPRODUCTION" in text
+    else:
+        (alpha,) = [yaml.safe_load(line)["del_alpha"] for line in text.splitlines() if line.startswith("del_alpha:")]
+        comment = text[: text.index("\ndel_alpha:")].rsplit("\n\n", 1)[-1]
+        assert alpha == DEFAULT_ALPHA, path
+        assert f"axolotl train {path.relative_to(REPO)} --sweep examples/compare-with-mle.yml" in comment
+    assert (REPO / ADVICE).is_file()
+
+
+def test_the_mle_twin_sweep_trains_the_config_and_its_del_alpha_zero_twin(tmp_path):
+    """examples/compare-with-mle.yml through Axolotl's own sweep code (what `axolotl train --sweep` runs): two
+    configs, sweep0001 the example as written, sweep0002 the same with del_alpha 0, as its comment says."""
+    from axolotl.cli.utils.train import generate_config_files
+
+    example = example_path("qwen3-8b/qlora-24gb")
+    shipped = load_example("qwen3-8b/qlora-24gb")
+    runs = [
+        yaml.safe_load(Path(f).read_text())
+        for f, _ in generate_config_files(str(example), str(EXAMPLES / "compare-with-mle.yml"))
+    ]
+    assert [run["output_dir"] for run in runs] == [
+        f"{shipped['output_dir']}/sweep0001".removeprefix("./"),
+        f"{shipped['output_dir']}/sweep0002".removeprefix("./"),
+    ]
+    assert runs[0] == {**shipped, "output_dir": runs[0]["output_dir"]}
+    assert runs[1] == {**shipped, "del_alpha": 0.0, "output_dir": runs[1]["output_dir"]}
 
 
 def test_authors_weights_convert_to_the_documented_del_alpha():
@@ -592,8 +647,6 @@ def test_other_families_have_their_qlora_example():
 def test_other_example_passes_axolotl_validation_as_shipped(example_id):
     """As the paper families' QLoRA files: validated offline for one RTX 4090, the same shared QLoRA settings, Cut
     Cross Entropy and flash-attention 2; del_alpha is the plugin's default (no authors' run to convert)."""
-    from del_plugin.hf.settings import DEFAULT_ALPHA
-
     family = other_family_of(example_id)
     cfg = validate(load_example(example_id), "qlora-24gb")
 

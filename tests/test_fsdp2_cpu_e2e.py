@@ -1,12 +1,12 @@
 """DEL under FSDP2, in real two-process Axolotl runs on CPU (``fully_shard`` over gloo), against one process.
 
-The paper fine-tunes with FSDP full sharding; examples/*/full-fsdp.yml do it through Axolotl 0.21's FSDP2. Here the
-``fsdp_config`` of examples/codellama-7b/full-fsdp.yml, read from the file (the four full-fsdp examples share it but
-for the decoder layer class, tests/test_examples.py), trains a tiny Llama on two ranks through Axolotl's own path:
-accelerate's FSDP2 plugin and Axolotl's ``fsdp2_prepare_model`` wrap each decoder layer in a unit with activation
-checkpointing and make the rest (embedding, final norm, ``lm_head``) the root unit, every unit resharded after the
-forward, the weights loaded on rank 0 and broadcast (``cpu_ram_efficient_loading``). tests/ddp_cpu.py says which
-CUDA-only steps are patched for the CPU; nothing of FSDP2 or DEL is.
+The paper fine-tunes with FSDP full sharding; examples/*/paper-full-fsdp.yml do it through Axolotl 0.21's FSDP2. Here
+the ``fsdp_config`` of examples/codellama-7b/paper-full-fsdp.yml, read from the file (the four paper-full-fsdp examples
+share it but for the decoder layer class, tests/test_examples.py), trains a tiny Llama on two ranks through Axolotl's
+own path: accelerate's FSDP2 plugin and Axolotl's ``fsdp2_prepare_model`` wrap each decoder layer in a unit with
+activation checkpointing and make the rest (embedding, final norm, ``lm_head``) the root unit, every unit resharded
+after the forward, the weights loaded on rank 0 and broadcast (``cpu_ram_efficient_loading``). tests/ddp_cpu.py says
+which CUDA-only steps are patched for the CPU; nothing of FSDP2 or DEL is.
 
 The same rows make one optimizer step in one plain process (micro-batch 2 x accumulation 2, no FSDP) and on two
 ranks (micro-batch 1 x accumulation 2 each): rank 0 holds most of the digits, both ranks the same number of label
@@ -49,7 +49,7 @@ from ddp_cpu import start
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "codellama-7b" / "full-fsdp.yml"  # a Llama, as the tiny models are
+EXAMPLE = REPO / "examples" / "codellama-7b" / "paper-full-fsdp.yml"  # a Llama, as the tiny models are
 ALPHA = 2.0
 # GSM8K train rows for Llama-3's tokenizer, their digit targets and label tokens under it (tests/test_ddp_cpu_e2e.py
 # holds the Llama-2 ones): rank 0 gets rows 0 and 2 (128 digits, 145 tokens), rank 1 rows 1 and 3 (23 and 145)

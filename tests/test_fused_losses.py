@@ -140,8 +140,21 @@ def test_cut_cross_entropy_forward_in_training_and_eval(model_type):
         assert_digits_read_in_eval_without_logits(model)
 
 
+def test_cut_cross_entropy_folds_a_lora_head_and_del_reads_the_same_adapter():
+    """Axolotl 0.21's fork folds a LoRA adapter on lm_head into its loss (tests/fused_kernels.py:
+    fold_lora_head), calling ``lora_A`` itself: DEL's hook reads that call, so CE and DEL train the same head, and
+    every gradient (the head's lora_A and lora_B included) equals the plain forward's."""
+    model = tiny_lora_model("llama", head_lora=True)
+    reference = ce_plus_del(model, from_logits=True)
+    with restored_forwards():
+        type(model.get_base_model()).forward = cce_style_forward
+        fused = ce_plus_del(model, from_logits=False)
+    assert_same(reference, fused)
+    assert any("lm_head.lora_A" in n for n in fused[2]) and any("lm_head.lora_B" in n for n in fused[2])
+
+
 @pytest.mark.interpreter
-def test_fused_forward_with_lora_on_the_head_is_refused():
+def test_liger_fused_forward_with_lora_on_the_head_is_refused():
     model = tiny_lora_model("llama", head_lora=True)
     with restored_forwards(), liger_on_cpu():
         apply_liger("llama", fused_linear_cross_entropy=True)

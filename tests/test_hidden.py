@@ -15,6 +15,7 @@ from del_plugin.core import (
     digit_targets_from_logits,
     next_token_places,
     number_places,
+    shift_to_next_token,
 )
 from del_plugin.core.capture import DigitCaptureError
 from del_plugin.core.criteria import del_token_losses
@@ -396,3 +397,23 @@ def test_tables_first_built_in_inference_mode_still_train(numbers):
     digits = digit_targets_from_hidden(hidden, weight, targets, vocab)
     digit_criterion_loss("del", digits, places).backward()
     assert weight.grad.abs().max() > 0
+
+
+def test_a_second_forward_without_gradients_is_not_read_and_one_with_gradients_is_refused():
+    """A host may run the model again without gradients after its loss forward (TRL 1.16 recomputes the logits for
+    ``return_outputs``): the digits stay those of the first forward. A second forward with gradients is an error."""
+    model = tiny_causal_lm()
+    ids = encode("12.5 and 7").unsqueeze(0)
+    targets = shift_to_next_token(ids, -100)
+    capture = DigitLogitsCapture(model, VOCAB)
+    with capture:
+        first = model(input_ids=ids).logits
+        with torch.no_grad():
+            model(input_ids=ids.flip(1))  # other tokens: read, they would change the digits
+    read = capture.digit_targets(targets)
+    expected = digit_targets_from_logits(first, targets, VOCAB)
+    torch.testing.assert_close(read.logits, expected.logits, rtol=1e-5, atol=1e-5)
+    with pytest.raises(DigitCaptureError, match="decoder ran twice"), capture:
+        model(input_ids=ids)
+        model(input_ids=ids)
+    capture.remove()

@@ -54,11 +54,30 @@ def test_a_misspelled_key_is_refused_with_the_closest_name(base, typo, meant):
     assert f"unknown key `{typo}`" in message and f"did you mean `{meant}`?" in message
 
 
-def test_unknown_keys_are_not_ours_to_refuse_without_the_plugin(base):
+@pytest.mark.parametrize("key", ["del_alpha", "del_alpah"])
+def test_del_keys_without_the_plugin_line_are_refused_with_the_line_to_add(base, key):
+    """Axolotl 0.21 registers an installed plugin from its entry point (tests/test_install.py checks that with the
+    package's real metadata) and validates every config with its keys; here the plugin is registered as that
+    discovery does it, under the same name."""
+    from axolotl.integrations.base import PluginManager
+
+    PluginManager.get_instance().register("del_plugin.DELPlugin")
     cfg = base(plugins=[])
     del cfg["del_alpha"]
-    cfg["del_alpah"] = 0.5  # Axolotl drops unknown keys; only a config that lists the plugin is ours to check
-    load_config(cfg)
+    cfg[key] = 0.5
+    message = refused(cfg)
+    assert f"`{key}` set, but the plugin is not listed" in message
+    assert "plugins:\n  - del_plugin.DELPlugin" in message
+
+
+def test_a_config_without_the_plugin_carries_no_del_keys(base):
+    from axolotl.integrations.base import PluginManager
+
+    PluginManager.get_instance().register("del_plugin.DELPlugin")
+    cfg = base(plugins=[])
+    del cfg["del_alpha"]
+    loaded = load_config(cfg)
+    assert not [key for key in loaded if key.startswith("del_")]
 
 
 # ---------------------------------------------------------------------------------------------- masked batches

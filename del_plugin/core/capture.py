@@ -404,6 +404,10 @@ class DigitLogitsCapture:
             return
         self._decoder_calls += 1
         if self._decoder_calls > 1:
+            if not torch.is_grad_enabled():
+                # a host that runs the model again without gradients after its loss forward (TRL 1.16 recomputes
+                # the logits for `return_outputs`): the loss's forward is the one read
+                return
             raise DigitCaptureError("the decoder ran twice in one captured forward pass; capture one forward at a time")
         hidden = getattr(output, "last_hidden_state", None)
         if hidden is None:
@@ -431,13 +435,13 @@ class DigitLogitsCapture:
                 "rows: FSDP2 made lm_head a unit of its own, gathered only inside the head's own forward (which "
                 "fused cross-entropy kernels skip). Keep lm_head in the root FSDP unit: fsdp_config "
                 "auto_wrap_policy: TRANSFORMER_BASED_WRAP with transformer_layer_cls_to_wrap set to the decoder "
-                "layer class, as examples/*/full-fsdp.yml do (SIZE_BASED_WRAP makes a unit of every module above "
+                "layer class, as examples/*/paper-full-fsdp.yml do (SIZE_BASED_WRAP makes a unit of every module above "
                 "min_num_params, the head included)"
             )
         if getattr(weight, "ds_numel", None) is not None or weight.numel() == 0:
             raise DigitCaptureError(
                 "the LM head weight is partitioned (DeepSpeed ZeRO-3) when DEL reads it; use FSDP2 with lm_head in "
-                "the root unit (examples/*/full-fsdp.yml), or ZeRO-2"
+                "the root unit (examples/*/paper-full-fsdp.yml), or ZeRO-2"
             )
         return weight
 

@@ -44,8 +44,18 @@ def ce_plus_del_step(
         capture.remove()
     loss = out.loss + digit_criterion_loss("del", digits, places, alpha=alpha)
     loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return Step(loss.detach(), out.logits is not None, grads)
+    return Step(loss.detach(), out.logits is not None, gradients(model))
+
+
+def gradients(model) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient, whole (an FSDP2-sharded gradient gathered from its shards)."""
+    from torch.distributed.tensor import DTensor
+
+    return {
+        n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).clone()
+        for n, p in model.named_parameters()
+        if p.grad is not None
+    }
 
 
 def assert_same_step(reference: Step, ours: Step, *, rtol: float = 1e-4, atol: float = 1e-6, loss_rtol: float = 1e-5):

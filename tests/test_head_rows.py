@@ -14,14 +14,15 @@ from test_number_capture import (
     _AllocationsOfShape,
     assert_same_step,
     batch,
-    targets_and_places,
     tiny_causal_lm,
 )
 
-from del_plugin.core import DigitLogitsCapture, DigitVocab, digit_criterion_loss
+from del_plugin.core import DigitLogitsCapture, DigitVocab
 from del_plugin.core.capture import DigitCaptureError
 from del_plugin.core.head_rows import gather_rows, rows_vocab
 from del_plugin.core.hidden import digit_logits_from_hidden, number_logits_from_hidden
+
+from capture_checks import Step, ce_plus_del_step
 
 SPACED = DigitVocab(family_token_ids=(tuple(range(40, 50)), tuple(range(60, 70))), family_markers=("", "▁"))
 
@@ -108,24 +109,9 @@ def sharded(model, *, head_unit: bool = False):
     return model
 
 
-def fsdp_step(model, alpha: float = 0.7):
-    """CE + alpha * DEL read by the capture, one forward and backward; the loss and the (gathered) gradients."""
-    from torch.distributed.tensor import DTensor
-
-    inputs = batch()
-    targets, places = targets_and_places(inputs["labels"])
-    capture = DigitLogitsCapture(model, VOCAB)
-    with capture:
-        out = model(**inputs)
-    loss = out.loss + digit_criterion_loss("del", capture.digit_targets(targets), places, alpha=alpha)
-    loss.backward()
-    capture.remove()
-    grads = {
-        n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).clone()
-        for n, p in model.named_parameters()
-        if p.grad is not None
-    }
-    return loss.detach(), grads
+def fsdp_step(model) -> Step:
+    """CE + DEL read by the capture, one forward and backward; the loss and the (gathered) gradients."""
+    return ce_plus_del_step(model, batch(), VOCAB, from_logits=False, alpha=0.7, train=None)
 
 
 def test_fsdp2_frees_the_root_unit_after_the_forward(process_group):
@@ -165,7 +151,7 @@ def test_lora_on_the_head_under_fsdp2(process_group):
     expected = step(model(), "logits")
     result = fsdp_step(sharded(model()))
     assert_same_step(result, expected)
-    assert any("lm_head.lora_B" in n for n in result[1])
+    assert any("lm_head.lora_B" in n for n in result.grads)
 
 
 def test_a_head_in_an_fsdp2_unit_of_its_own_is_refused_with_the_fix(process_group):

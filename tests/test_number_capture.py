@@ -178,8 +178,8 @@ def test_a_batch_without_numbers_gives_zero_with_a_graph():
 
 
 # ------------------------------------------------------------------------------------- inside a causal LM
-def tiny_causal_lm(model_type: str = "llama", *, dtype=torch.float32, **overrides):
-    return tiny_models.tiny_causal_lm(model_type, V, dtype=dtype, hidden_size=H, **overrides)
+def tiny_causal_lm(model_type: str = "llama", *, dtype=torch.float32, vocab_size: int = V, **overrides):
+    return tiny_models.tiny_causal_lm(model_type, vocab_size, dtype=dtype, hidden_size=H, **overrides)
 
 
 MODELS = {

@@ -5,6 +5,10 @@ import os
 # Liger's real kernels run on the CPU (slowly: tiny shapes). setdefault: TRITON_INTERPRET=0 in the environment turns
 # it off. This must stay above every import that could import triton.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The environment `make test` exports, for a plain `pytest` too: no hub (a lookup would wait for a network that is
+# not there), no telemetry, no tokenizer thread pools beside torch's.
+for _key, _value in {"HF_HUB_OFFLINE": "1", "AXOLOTL_DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}.items():
+    os.environ.setdefault(_key, _value)
 
 import sys  # noqa: E402
 

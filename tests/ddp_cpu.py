@@ -1,4 +1,5 @@
-"""Data-parallel Axolotl on CPU, for the tests: one in-process Axolotl run per rank under torchrun, gloo DDP.
+"""Data-parallel Axolotl on CPU, for the tests: one in-process Axolotl run per rank under torchrun, gloo DDP or
+FSDP2.
 
 Nothing in the plugin depends on this file. It exists because neither stock launcher gives a multi-process CPU run
 of Axolotl 0.21:
@@ -16,9 +17,25 @@ of Axolotl 0.21:
      ``cfg.device_map = {"": LOCAL_RANK}`` whenever ``WORLD_SIZE > 1``; transformers reads an integer device as
      ``cuda:N``.
 
+  With an ``fsdp_config`` two more steps stop it, and a third with ``bf16: true``:
+
+  3. ``ModelLoader._set_parallel_config`` -> ``build_parallelism_config`` (axolotl/utils/distributed.py) builds the
+     FSDP device mesh with the device type ``"cuda"`` written in (``init_device_mesh("cuda", ...)``, which calls
+     ``torch.cuda.set_device``).
+  4. accelerate's ``AcceleratorState`` turns a data-parallel run into ``DistributedType.FSDP`` only for the
+     accelerator types (``MULTI_GPU``, ``MULTI_XPU``, ...; accelerate/state.py): with ``ACCELERATE_USE_CPU`` the run
+     stays ``MULTI_CPU`` and the model is wrapped in DDP, the ``fsdp_config`` silently unused.
+  5. transformers' ``TrainingArguments`` refuses ``bf16`` unless ``is_torch_bf16_gpu_available()`` (a CUDA
+     capability probe) or ``use_cpu``, which Axolotl never sets.
+
 Here (1) is replaced by a function that answers "no P2P to worry about", (2) is overwritten with ``"cpu"`` after
-``load_cfg``, and ``ACCELERATE_USE_CPU=true`` makes accelerate initialise the process group with gloo. What runs
-afterwards is Axolotl's own ``setup_model_and_trainer`` and ``Trainer.train`` with the DEL plugin, unchanged.
+``load_cfg``, (3) builds the same mesh with the device type ``"cpu"``, (4) does for ``MULTI_CPU`` what accelerate
+does for a GPU when it is handed an FSDP plugin (``distributed_type = FSDP``, the plugin kept, the partial state
+told), (5) answers the probe with yes (the CPU runs bf16 autocast, and FSDP2's bf16 parameters and reductions),
+and ``ACCELERATE_USE_CPU=true`` makes accelerate initialise the process group with gloo. What runs afterwards is
+Axolotl's own ``setup_model_and_trainer`` and ``Trainer.train`` with the DEL plugin, unchanged: for FSDP2 that is
+accelerate's ``_prepare_fsdp2`` with Axolotl's ``fsdp2_prepare_model`` (its wrap policy, activation checkpointing,
+``cpu_ram_efficient_loading`` broadcast from rank 0, ``fully_shard`` per unit and root last), over gloo.
 
 Usage, from the repository root::
 
@@ -26,22 +43,28 @@ Usage, from the repository root::
 
 ``SPEC.json`` is ``{"out": DIR, "runs": {NAME: {"config": axolotl_config_dict, "setup": "module:function" or
 null}, ...}}``. The runs are done one after the other, in order, in the same processes (one interpreter start for
-all of them); ``setup``, if given, is imported and called in every rank before its run and may return a function
-that undoes it afterwards (a monkeypatch for a control run). For each run every rank writes
+all of them; the environment variables Axolotl sets for a run, ``FSDP_*`` among them, are reset between runs);
+``setup``, if given, is imported and called in every rank before its run and may return a function that undoes it
+afterwards (a monkeypatch for a control run). For each run every rank writes
 ``DIR/NAME.rank<R>.pt``: ``grads`` (the gradients of the trainable parameters as the optimizer sees them at the
-first optimizer step, i.e. after the DDP all-reduce), ``logs`` (``trainer.state.log_history``), ``world_size``,
-``backend`` and ``micro_batches`` (for each training micro-batch this rank computed: its row count, label tokens
-and digit targets); or, if the run raised, ``error`` (the traceback). A run that raises on every rank at the same
-point (a configuration DEL cannot train with) is recorded and the next run starts; put such runs last, since the
-trainer they leave behind is not cleaned up. :func:`launch` does all of this from a test (:func:`start` in the
-background). With ``nproc=1`` it starts one plain process instead of torchrun: no process group and no DDP wrapper,
-exactly as ``axolotl train`` on one device. (Under torchrun even one CPU process is wrapped in DDP: accelerate wraps
-every ``MULTI_CPU`` model, whatever the process count, and with ``WORLD_SIZE=1`` Axolotl leaves
-``ddp_find_unused_parameters`` unset, so transformers turns it on for a PEFT model.)
+first optimizer step, i.e. after the DDP all-reduce or FSDP's reduce-scatter; a sharded FSDP gradient is gathered
+whole, and the names are those of the unwrapped model), ``logs`` (``trainer.state.log_history``), ``world_size``,
+``backend``, ``cpu_backend`` (:func:`cpu_backend`), ``distributed_type``, the layout of :func:`fsdp_layout`
+(``fsdp_units``, ``head_unit``, ``head_tied``, ``checkpointed``, ``param_dtypes``) and ``micro_batches`` (for each
+training micro-batch this rank computed: its row count, label tokens and digit targets); or, if the run raised,
+``error`` (the traceback). A run
+that raises on every rank at the same point (a configuration DEL cannot train with) is recorded and the next run
+starts; put such runs last, since the trainer they leave behind is not cleaned up. :func:`launch` does all of this
+from a test (:func:`start` in the background). With ``nproc=1`` it starts one plain process instead of torchrun: no
+process group and no DDP wrapper, exactly as ``axolotl train`` on one device. (Under torchrun even one CPU process
+is wrapped in DDP: accelerate wraps every ``MULTI_CPU`` model, whatever the process count, and with
+``WORLD_SIZE=1`` Axolotl leaves ``ddp_find_unused_parameters`` unset, so transformers turns it on for a PEFT
+model.)
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -122,10 +145,37 @@ def launch(runs: dict[str, dict], out: Path, nproc: int, timeout: float = 600) -
 
 # ---------------------------------------------------------------------------------------------- rank side
 def patch_cuda_only_checks() -> None:
-    """Step (1) of the module docstring. Step (2) is a config override, see :func:`load_cpu_config`."""
+    """Steps (1), (3), (4) and (5) of the module docstring. Step (2) is a config override, see
+    :func:`load_cpu_config`."""
+    import accelerate.state
     import axolotl.utils.trainer as axolotl_trainer
+    import transformers.training_args
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.utils import DistributedType
 
-    axolotl_trainer.check_cuda_p2p_ib_support = lambda: True
+    axolotl_trainer.check_cuda_p2p_ib_support = lambda: True  # (1)
+
+    build_device_mesh = ParallelismConfig.build_device_mesh
+
+    def build_cpu_device_mesh(self, device_type):  # (3)
+        return build_device_mesh(self, "cpu")
+
+    ParallelismConfig.build_device_mesh = build_cpu_device_mesh
+
+    state_init = accelerate.state.AcceleratorState.__init__
+
+    def init_fsdp_on_cpu(self, *args, fsdp_plugin=None, **kwargs):  # (4): accelerate's own lines for a GPU
+        state_init(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+        if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
+            self.distributed_type = DistributedType.FSDP
+            if self._mixed_precision != "no":
+                fsdp_plugin.set_mixed_precision(self._mixed_precision)
+            self.fsdp_plugin = fsdp_plugin
+            accelerate.state.PartialState._shared_state["distributed_type"] = self.distributed_type
+
+    accelerate.state.AcceleratorState.__init__ = init_fsdp_on_cpu
+
+    transformers.training_args.is_torch_bf16_gpu_available = lambda: True  # (5)
 
 
 def load_cpu_config(config: dict):
@@ -135,6 +185,65 @@ def load_cpu_config(config: dict):
     cfg = load_cfg(DictDefault(config))
     cfg.device_map = "cpu"  # step (2): not {"": LOCAL_RANK}, which transformers places on cuda:LOCAL_RANK
     return cfg
+
+
+def unwrapped_name(name: str) -> str:
+    """A parameter's or module's name in the unwrapped model: without DDP's ``module.`` and activation
+    checkpointing's ``_checkpoint_wrapped_module`` (FSDP2 itself keeps the names)."""
+    name = name.removeprefix("module.").replace("._checkpoint_wrapped_module", "")
+    return name.replace("_checkpoint_wrapped_module.", "").removesuffix("_checkpoint_wrapped_module")
+
+
+def full_gradient(grad):
+    """A gradient as one whole tensor: FSDP2's sharded ``DTensor`` gathered over the ranks (a collective: every
+    rank calls this for the same parameters in the same order)."""
+    from torch.distributed.tensor import DTensor
+
+    return (grad.full_tensor() if isinstance(grad, DTensor) else grad).detach().clone()
+
+
+def fsdp_layout(model) -> dict:
+    """``fsdp_units``: the modules that are FSDP2 units (``""`` the root); ``head_unit``: the innermost unit whose
+    parameters hold the LM head's weight; ``head_tied``: whether that weight is the input embedding's;
+    ``checkpointed``: the modules activation checkpointing wraps; ``param_dtypes``: the dtypes the trainable
+    parameters compute in (FSDP2's mixed-precision ``param_dtype``, else their own). Names are those of the
+    unwrapped model."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+    from torch.distributed.fsdp import FSDPModule
+
+    modules = list(model.named_modules())
+    units = [(unwrapped_name(n), m) for n, m in modules if isinstance(m, FSDPModule)]
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    head_unit = None
+    if head is not None:
+        for name, unit in units:  # outer units come first: the last match is the innermost
+            if any(p is head.weight for p in unit.parameters()):
+                head_unit = name
+    dtypes = {str(unit._get_fsdp_state()._mp_policy.param_dtype) for _, unit in units}
+    dtypes.discard("None")
+    if not dtypes:
+        dtypes = {str(p.dtype) for p in model.parameters() if p.requires_grad}
+    return {
+        "fsdp_units": sorted({name for name, _ in units}),
+        "head_unit": head_unit,
+        "head_tied": head is not None and embedding is not None and head.weight is embedding.weight,
+        "checkpointed": sorted(unwrapped_name(n) for n, m in modules if isinstance(m, CheckpointWrapper)),
+        "param_dtypes": sorted(dtypes),
+    }
+
+
+def cpu_backend() -> str | None:
+    """The backend of the default process group for CPU tensors (``get_backend`` says ``"undefined"`` for a group
+    with one backend per device type, as Axolotl's FSDP device mesh makes it), None without a process group."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return None
+    config = dist.get_backend_config()
+    if ":" not in config:
+        return config
+    return dict(part.split(":") for part in config.split(","))["cpu"]
 
 
 def train_one(config: dict) -> dict:
@@ -152,9 +261,7 @@ def train_one(config: dict) -> dict:
         def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
             if self.grads is None:
                 self.grads = {
-                    n.removeprefix("module."): p.grad.detach().clone()
-                    for n, p in model.named_parameters()
-                    if p.grad is not None
+                    unwrapped_name(n): full_gradient(p.grad) for n, p in model.named_parameters() if p.grad is not None
                 }
 
     cfg = load_cpu_config(config)
@@ -186,6 +293,8 @@ def train_one(config: dict) -> dict:
         "distributed_type": str(trainer.accelerator.distributed_type),
         "micro_batches": micro_batches,
         "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
+        "cpu_backend": cpu_backend(),
+        **fsdp_layout(trainer.model_wrapped),
     }
 
 
@@ -199,7 +308,13 @@ def main(spec_path: str) -> None:
     out = Path(spec["out"])
     rank = int(os.environ.get("RANK", "0"))
     patch_cuda_only_checks()
+    environ = dict(os.environ)
     for name, run in spec["runs"].items():
+        # Axolotl collects garbage several times a run (model loader, trainer, callbacks), each a full pass over
+        # every Python object of the process: a second or more with the imports and earlier runs' objects. Frozen
+        # (left out of collections), they make each pass take milliseconds; earlier runs' garbage cycles (a tiny
+        # model's worth) are kept rather than freed.
+        gc.freeze()
         undo = None
         try:
             if run.get("setup"):
@@ -212,6 +327,10 @@ def main(spec_path: str) -> None:
             if callable(undo):
                 undo()
         torch.save(result, out / f"{name}.rank{rank}.pt")
+        # Axolotl sets FSDP_* and ACCELERATE_USE_FSDP for a run with an fsdp_config and never unsets them (accelerate
+        # reads them when the next trainer starts); its trainer resets accelerate's state itself
+        os.environ.clear()
+        os.environ.update(environ)
 
 
 if __name__ == "__main__":

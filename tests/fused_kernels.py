@@ -26,17 +26,16 @@ test can tell that the fused path really ran. :func:`restored_forwards` undoes L
 
 Cut Cross Entropy: Axolotl 0.21's plugin needs Axolotl's fork of ``cut-cross-entropy``
 (``cut_cross_entropy.transformers``, installed from GitHub), which is not on PyPI, and whose
-``cce_linear_cross_entropy`` raises "Cut Cross Entropy requires an ampere GPU or newer" before any kernel on a
-machine without one (checked on a source snapshot of axolotl-ai-cloud/ml-cross-entropy, commit 5f0c7a7). PyPI's
-``cut-cross-entropy`` 25.1.1 is Apple's original, without the model patches and without that check; its kernels
-(an older version of the fork's) run here under the shims, bf16 only (its backward asserts bf16 / fp16
-embeddings). :func:`cce_style_forward` is what the fork's patched ``LlamaForCausalLM.forward`` (used for llama,
-mistral and qwen2) does: run the decoder, pass the final hidden states and ``self.lm_head.weight`` to the fused
-loss, never call the head, return ``logits=None`` whenever there are labels, in training and in evaluation. Its
-loss is Apple's real CCE kernel where it can run (bf16 hidden states and weight, inside ``interpreter_shims()``,
-which the backward needs as well; ``CCE_KERNEL["on"]``), else the
-exact cross-entropy of ``hidden @ weight.T`` (float32 models: what CCE computes, without materialising the logits
-on a GPU).
+``cce_linear_cross_entropy`` raises "Cut Cross Entropy requires an ampere GPU or newer" before any kernel on a machine
+without one (checked on a source snapshot of axolotl-ai-cloud/ml-cross-entropy, commit 5f0c7a7). PyPI's ``cut-cross-
+entropy`` 25.1.1 is Apple's original, without the model patches and without that check; its kernels (an older version of
+the fork's) run here under the shims, bf16 only (its backward asserts bf16 / fp16 embeddings). :func:`cce_style_forward`
+is what the fork's patched ``LlamaForCausalLM.forward`` (used for llama, mistral and qwen2) does: run the decoder, pass
+the final hidden states and the head (``apply_lce_lm_head``: its weight, with a LoRA adapter folded in,
+:func:`fold_lora_head`) to the fused loss, never call the head, return ``logits=None`` whenever there are labels, in
+training and in evaluation. Its loss is Apple's real CCE kernel where it can run (bf16 hidden states and weight, inside
+``interpreter_shims()``, which the backward needs as well; ``CCE_KERNEL["on"]``), else the exact cross-entropy of
+``hidden @ weight.T`` (float32 models: what CCE computes, without materialising the logits on a GPU).
 """
 
 from __future__ import annotations
@@ -242,6 +241,22 @@ def restored_forwards() -> Iterator[None]:
         loss_utils.ForCausalLMLoss, loss_utils.nn.functional.cross_entropy = saved_loss[1:]
 
 
+def fold_lora_head(e: torch.Tensor, head) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the fork Axolotl 0.21 installs hands its kernel for the head (``_lora_lm_head_inputs`` in
+    cut_cross_entropy/transformers/utils.py, read on a source snapshot of axolotl-ai-cloud/ml-cross-entropy): for a
+    PEFT LoRA head with active, unmerged adapters, ``e @ W.T + scaling * B(A(dropout(e)))`` as one wider product
+    ``[e, scaling * A(dropout(e))] @ [W, B].T``, ``lora_A`` called as a module (its hooks run); else ``e`` and
+    ``head.weight``. Plain LoRA without bias only (what these tests build)."""
+    lora = all(hasattr(head, a) for a in ("lora_A", "lora_B", "scaling", "base_layer", "active_adapters"))
+    if not lora or head.merged or head.disable_adapters:
+        return e, head.weight
+    e_blocks, c_blocks = [e], [head.get_base_layer().weight]
+    for name in [a for a in head.active_adapters if a in head.lora_A]:
+        e_blocks.append(head.lora_A[name](head.lora_dropout[name](e)) * head.scaling[name])
+        c_blocks.append(head.lora_B[name].weight)
+    return torch.cat(e_blocks, dim=-1), torch.cat(c_blocks, dim=-1)
+
+
 def cce_style_forward(
     self,
     input_ids=None,
@@ -271,12 +286,13 @@ def cce_style_forward(
     keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
     loss = logits = None
     if labels is not None:
-        # the fork's apply_lce: shift inside, "sum" / num_items_in_batch when given, else the token mean
-        e = hidden[:, keep, :][:, :-1].reshape(-1, hidden.shape[-1])
+        # the fork's apply_lce_lm_head: a LoRA head folded in; then apply_lce: shift inside, "sum" /
+        # num_items_in_batch when given, else the token mean
+        folded, weight = fold_lora_head(hidden[:, keep, :], self.lm_head)
+        e = folded[:, :-1].reshape(-1, folded.shape[-1])
         targets = labels[:, 1:].reshape(-1)
         num_items = kwargs.get("num_items_in_batch")
         reduction = "sum" if num_items is not None else "mean"
-        weight = self.lm_head.weight
         if CCE_KERNEL["on"] and e.dtype == weight.dtype == torch.bfloat16:
             from cut_cross_entropy import linear_cross_entropy
 

@@ -73,16 +73,44 @@ def test_full_softmax_criteria_refuse_cross_entropy_kernels(base, criterion, ove
     assert f"`{key}`" in message and "full softmax" in message and criterion in message
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [{"liger_fused_linear_cross_entropy": True}, {"bf16": True, "plugins": [CCE, "del_plugin.DELPlugin"]}],
-)
 @pytest.mark.parametrize("targets", [["q_proj", "lm_head"], "model.*|lm_head"])
-def test_lora_on_the_head_is_refused_with_a_fused_loss(base, overrides, targets):
-    message = refused(base(lora_target_modules=targets, **overrides))
+def test_lora_on_the_head_is_refused_with_liger_fused_loss_only(base, targets):
+    message = refused(base(lora_target_modules=targets, liger_fused_linear_cross_entropy=True))
     assert "LoRA adapter on lm_head" in message and "lora_modules_to_save" in message
-    # with plain cross-entropy the head adapter is read exactly (tests/test_hidden.py)
-    assert load_config(base(lora_target_modules=targets)).lora_target_modules == targets
+    # Axolotl 0.21's Cut Cross Entropy fork folds the adapter into its loss (tests/test_fused_losses.py trains
+    # through its forward); plain cross-entropy calls the head (tests/test_hidden.py)
+    for overrides in ({"bf16": True, "plugins": [CCE, "del_plugin.DELPlugin"]}, {}):
+        assert load_config(base(lora_target_modules=targets, **overrides)).lora_target_modules == targets
+
+
+@pytest.mark.parametrize("fork, refused_", [("folds", False), ("passes the weight", True), (None, False)])
+def test_a_cce_fork_that_drops_a_lora_head_is_refused_before_the_model_loads(monkeypatch, fork, refused_):
+    """The fork is not on PyPI: a stand-in module ``cut_cross_entropy.transformers.utils`` with or without
+    ``apply_lce_lm_head`` (the fork's function that folds the adapter) replaces it here; None: no fork installed
+    (Axolotl's own plugin then refuses with its install line)."""
+    import sys
+    import types
+
+    from axolotl.utils.dict import DictDefault
+
+    from del_plugin.axolotl.plugin import check_lora_head_kernel
+
+    if fork is None:
+        monkeypatch.setitem(sys.modules, "cut_cross_entropy.transformers.utils", None)  # import fails
+    else:
+        utils = types.ModuleType("cut_cross_entropy.transformers.utils")
+        if fork == "folds":
+            utils.apply_lce_lm_head = lambda *args, **kwargs: None
+        monkeypatch.setitem(sys.modules, "cut_cross_entropy.transformers.utils", utils)
+    cfg = DictDefault(
+        plugins=[CCE, "del_plugin.DELPlugin"], cut_cross_entropy=True, adapter="lora", lora_target_modules=["lm_head"]
+    )
+    if refused_:
+        with pytest.raises(ValueError, match="passes lm_head.weight.*apply_lce_lm_head"):
+            check_lora_head_kernel(cfg)
+    else:
+        check_lora_head_kernel(cfg)
+    check_lora_head_kernel(DictDefault({**cfg, "lora_target_modules": ["q_proj"]}))  # no head adapter: nothing to do
 
 
 def test_deepspeed_zero3_is_refused(base, tmp_path):
@@ -154,3 +182,26 @@ def test_other_configs_are_untouched_when_the_plugin_is_not_listed(base):
     cfg = base(plugins=[], rl=None, tokenizer_config=str(tokenizer_dir("llama-bpe")))
     del cfg["del_alpha"]
     assert load_config(cfg).plugins in ([], None)
+
+
+def test_the_installed_axolotl_version_is_checked_with_a_clear_message():
+    import importlib.metadata
+    import logging
+
+    from del_plugin.axolotl.logs import LOGGER_NAME
+    from del_plugin.axolotl.plugin import check_axolotl_version
+
+    assert check_axolotl_version() == importlib.metadata.version("axolotl") == "0.21.0"
+    assert check_axolotl_version("0.21.4") == "0.21.4"
+    with pytest.raises(RuntimeError, match=r"needs Axolotl >=0\.21\.0,<0\.22.*Axolotl 0\.20\.1 is installed.*0\.21\.0"):
+        check_axolotl_version("0.20.1")
+    # a handler of its own: Axolotl's logging set-up stops `axolotl.*` records from reaching pytest's root handler
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logging.getLogger(LOGGER_NAME).addHandler(handler)
+    try:
+        assert check_axolotl_version("0.22.0") == "0.22.0"
+    finally:
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+    assert any("tested with Axolotl 0.21.0; Axolotl 0.22.0 is installed" in r.getMessage() for r in records)

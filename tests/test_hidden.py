@@ -15,6 +15,7 @@ from del_plugin.core import (
     digit_targets_from_logits,
     next_token_places,
     number_places,
+    shift_to_next_token,
 )
 from del_plugin.core.capture import DigitCaptureError
 from del_plugin.core.criteria import del_token_losses
@@ -22,6 +23,8 @@ from del_plugin.core.digits import select_digit_family
 from del_plugin.core.hidden import digit_logits_from_hidden
 from del_plugin.core.places import place_weights
 
+import tiny_models
+from capture_checks import Step, assert_same_step, ce_plus_del_step
 from fake_vocab import VOCAB, V, encode
 
 TEXT = "pay 1,234.50 for ⁷8 items, not 42 or .5"
@@ -194,24 +197,9 @@ def test_empty_batches_give_empty_digit_logits():
 
 # ------------------------------------------------------------------------------------ inside a causal LM
 def tiny_causal_lm(model_type: str = "llama", *, tie: bool = False, dtype=torch.float32):
-    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
-
-    config_class = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[model_type]
-    config = config_class(
-        vocab_size=V,
-        hidden_size=H,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=tie,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+    return tiny_models.tiny_causal_lm(
+        model_type, V, dtype=dtype, hidden_size=H, max_position_embeddings=64, tie_word_embeddings=tie
     )
-    torch.manual_seed(5)
-    return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
 
 
 def inputs(rows: int = 2) -> dict:
@@ -244,6 +232,28 @@ def test_capture_equals_the_models_own_logits(model_type, dtype):
     capture.remove()
 
 
+def test_the_check_reads_autocast_inside_a_forward_that_a_wrapper_autocasts():
+    """accelerate's mixed precision autocasts the model's forward alone and hands back float32 logits: they are bf16
+    products although nothing is autocast once the forward has returned, which the check must allow for."""
+    from del_plugin.core.capture import logits_tolerance
+
+    model = tiny_causal_lm()  # float32 weights, as a full fine-tune under `bf16: true` keeps them
+    forward = model.forward
+
+    def autocast_forward(*args, **kwargs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = forward(*args, **kwargs)
+        out.logits = out.logits.float()
+        return out
+
+    model.forward = autocast_forward
+    capture = DigitLogitsCapture(model, VOCAB)
+    difference = capture.check_against_logits(model, inputs()["input_ids"])
+    capture.remove()
+    # the logits really went through bf16: float32 rounding alone would have refused this difference
+    assert difference > logits_tolerance(torch.float32, 1.0)
+
+
 def test_capture_only_while_armed():
     model = tiny_causal_lm()
     capture = DigitLogitsCapture(model, VOCAB)
@@ -257,39 +267,16 @@ def test_capture_only_while_armed():
         capture.digit_logits()  # removed hooks capture nothing
 
 
-def full_gradients(model) -> dict[str, torch.Tensor]:
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
-def train_step(model, path: str, alpha: float = 0.7) -> dict[str, torch.Tensor]:
-    """CE (the model's) + alpha * DEL, DEL from the captured hidden states or from the returned logits."""
-    batch = inputs()
-    targets = shifted(batch["labels"])
-    places = number_places(batch["labels"], VOCAB)
-    places = torch.where(targets == -100, places.new_tensor(-(2**31)), shifted(places))
-    model.zero_grad(set_to_none=True)
-    capture = DigitLogitsCapture(model, VOCAB)
-    with capture:
-        out = model(**batch)
-    digit = (
-        capture.digit_targets(targets) if path == "hidden" else digit_targets_from_logits(out.logits, targets, VOCAB)
-    )
-    (out.loss + alpha * digit_term(digit, places)).backward()
-    capture.remove()
-    return full_gradients(model)
-
-
-def assert_same_gradients(a: dict, b: dict, **tol):
-    assert a.keys() == b.keys() and a
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], msg=name, **(tol or dict(rtol=1e-4, atol=1e-6)))
+def train_step(model, path: str) -> Step:
+    """CE (the model's) + DEL, DEL from the captured hidden states or from the returned logits."""
+    return ce_plus_del_step(model, inputs(), VOCAB, from_logits=path == "logits", alpha=0.7, train=None)
 
 
 @pytest.mark.parametrize("tie", [False, True])
 def test_full_fine_tune_gradients_match_with_a_trainable_or_tied_head(tie):
     model = tiny_causal_lm("qwen2", tie=tie)
     assert (model.lm_head.weight is model.model.embed_tokens.weight) == tie
-    assert_same_gradients(train_step(model, "hidden"), train_step(model, "logits"))
+    assert_same_step(train_step(model, "hidden"), train_step(model, "logits"))
 
 
 @pytest.mark.parametrize("reentrant", [True, False])
@@ -300,7 +287,7 @@ def test_gradient_checkpointing(reentrant):
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
     if reentrant:
         model.enable_input_require_grads()
-    assert_same_gradients(train_step(model, "hidden"), plain)
+    assert_same_step(train_step(model, "hidden"), plain)
 
 
 def lora(model, **config):
@@ -340,8 +327,8 @@ def test_lora_on_the_head_with_dropout_reads_the_adapted_head():
     torch.manual_seed(9)
     hidden_grads = train_step(model, "hidden")
     torch.manual_seed(9)
-    assert_same_gradients(hidden_grads, train_step(model, "logits"))
-    assert any("lm_head.lora_B" in n for n in hidden_grads)
+    assert_same_step(hidden_grads, train_step(model, "logits"))
+    assert any("lm_head.lora_B" in n for n in hidden_grads.grads)
 
 
 def test_lora_on_the_head_refuses_a_forward_that_skips_it():
@@ -356,8 +343,8 @@ def test_lora_on_the_head_refuses_a_forward_that_skips_it():
 def test_modules_to_save_head_gets_the_gradient():
     model = lora(tiny_causal_lm(), target_modules=["q_proj"], modules_to_save=["lm_head"])
     grads = train_step(model, "hidden")
-    assert any("modules_to_save" in n and "lm_head" in n for n in grads)
-    assert_same_gradients(grads, train_step(model, "logits"))
+    assert any("modules_to_save" in n and "lm_head" in n for n in grads.grads)
+    assert_same_step(grads, train_step(model, "logits"))
 
 
 def test_dora_on_the_head_is_refused():
@@ -410,3 +397,23 @@ def test_tables_first_built_in_inference_mode_still_train(numbers):
     digits = digit_targets_from_hidden(hidden, weight, targets, vocab)
     digit_criterion_loss("del", digits, places).backward()
     assert weight.grad.abs().max() > 0
+
+
+def test_a_second_forward_without_gradients_is_not_read_and_one_with_gradients_is_refused():
+    """A host may run the model again without gradients after its loss forward (TRL 1.16 recomputes the logits for
+    ``return_outputs``): the digits stay those of the first forward. A second forward with gradients is an error."""
+    model = tiny_causal_lm()
+    ids = encode("12.5 and 7").unsqueeze(0)
+    targets = shift_to_next_token(ids, -100)
+    capture = DigitLogitsCapture(model, VOCAB)
+    with capture:
+        first = model(input_ids=ids).logits
+        with torch.no_grad():
+            model(input_ids=ids.flip(1))  # other tokens: read, they would change the digits
+    read = capture.digit_targets(targets)
+    expected = digit_targets_from_logits(first, targets, VOCAB)
+    torch.testing.assert_close(read.logits, expected.logits, rtol=1e-5, atol=1e-5)
+    with pytest.raises(DigitCaptureError, match="decoder ran twice"), capture:
+        model(input_ids=ids)
+        model(input_ids=ids)
+    capture.remove()

@@ -11,7 +11,8 @@ limitations, not Liger's or DEL's: the shims convert the float as compiled Trito
 ``tl.rsqrt``. Liger's RoPE kernel runs unshimmed. The kernels themselves run unchanged.
 
 The point for DEL: Liger replaces the decoder's final norm module (``LigerRMSNorm``) and the MLPs; DEL's hook must
-still read the final, normed hidden state that the head reads."""
+still read the final, normed hidden state that the head reads. The same config in an in-process Axolotl run:
+tests/test_fused_losses.py::test_axolotl_with_every_cross_entropy_kernel."""
 
 from __future__ import annotations
 
@@ -60,47 +61,3 @@ def test_all_kernels_read_the_final_hidden_state(model_type):
         fused = ce_plus_del(model, from_logits=False)
     assert all(CALLS[k] > before[k] for k in before), (before, CALLS)  # every kernel really ran
     assert_same(reference, fused)
-
-
-# ------------------------------------------------------------------------------ in-process Axolotl run
-ALL_KERNELS_CFG = dict(
-    liger_rope=True, liger_rms_norm=True, liger_glu_activation=True, liger_fused_linear_cross_entropy=True
-)
-
-
-@pytest.mark.e2e
-def test_axolotl_with_every_liger_kernel(tmp_path, axolotl_data):
-    """LigerPlugin with the four kernels on, DEL's metrics step by step as the plain run's."""
-    from liger_kernel.transformers.rms_norm import LigerRMSNorm
-    from test_fused_losses import LIGER, assert_logs_match, run_logged
-
-    from axolotl_helpers import cpu_config, run_axolotl
-    from trainer_checks import eval_logs, train_logs
-
-    runs = {"plain": run_logged(tmp_path / "plain", axolotl_data)}
-    before = {k: CALLS[k] for k in ("rms_norm", "rope", "swiglu", "liger_cross_entropy_kernel")}
-    model_dir, dataset = axolotl_data
-    with restored_forwards(), liger_on_cpu():
-        cfg = cpu_config(
-            tmp_path / "liger",
-            model_dir,
-            dataset,
-            val_set_size=0.25,
-            eval_steps=2,
-            max_steps=2,
-            plugins=[LIGER, "del_plugin.DELPlugin"],
-            **ALL_KERNELS_CFG,
-        )
-        trainer = run_axolotl(cfg)
-    assert isinstance(trainer.model.get_base_model().model.norm, LigerRMSNorm)
-    assert all(CALLS[k] > before[k] for k in before), (before, CALLS)
-    runs["liger_all"] = train_logs(trainer), eval_logs(trainer)
-    assert_logs_match(runs)
-
-
-@pytest.fixture(scope="module")
-def axolotl_data(tmp_path_factory):
-    from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
-    from del_plugin.tooling.cpu import write_alpaca_jsonl
-
-    return tiny_model_dir("llama-spm"), write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "d.jsonl", gsm8k_rows(16))

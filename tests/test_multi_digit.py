@@ -555,10 +555,12 @@ WEIGHTINGS = {"default": PlaceWeighting(), "exact": EXACT, "off": PlaceWeighting
 
 
 def loss_cases():
+    """Every criterion at the default place weights; the other weightings for ``del`` (``del_centered`` and
+    ``del_dist`` weigh their terms by the same place_weights) and ``dist2`` (its own weights, switched off)."""
     for which in LOSS_TEXTS:
         for criterion in DIGIT_CRITERIA:
-            names = ["default"] if criterion.startswith("ntl") else ["default", "off"] if criterion == "dist2" else []
-            for name in names or list(WEIGHTINGS):
+            names = {"del": list(WEIGHTINGS), "dist2": ["default", "off"]}.get(criterion, ["default"])
+            for name in names:
                 yield pytest.param(criterion, name, which, id=f"{criterion}-{name}-{which}")
 
 

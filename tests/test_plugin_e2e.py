@@ -200,12 +200,17 @@ def test_llama3_tokenizer_liger_flce_gives_the_plain_ce_metrics(tmp_path, llama3
 
     from fused_kernels import CALLS, liger_on_cpu, restored_forwards
 
-    data = (llama3_model_dir, dataset_rows(tmp_path, 8))  # few rows: the interpreter runs the kernel over V = 128k
-    runs = {"plain": run_logged(tmp_path / "plain", data)}
+    # few rows, one a micro-batch: the interpreter runs the kernel over V = 128k
+    data = (llama3_model_dir, dataset_rows(tmp_path, 8))
+    runs = {"plain": run_logged(tmp_path / "plain", data, micro_batch_size=1)}
     before = CALLS["liger_cross_entropy_kernel"]
     with restored_forwards(), liger_on_cpu():
         runs["liger_flce"] = run_logged(
-            tmp_path / "liger", data, plugins=[LIGER, "del_plugin.DELPlugin"], liger_fused_linear_cross_entropy=True
+            tmp_path / "liger",
+            data,
+            micro_batch_size=1,
+            plugins=[LIGER, "del_plugin.DELPlugin"],
+            liger_fused_linear_cross_entropy=True,
         )
         patched = LlamaForCausalLM.forward.__module__
     assert CALLS["liger_cross_entropy_kernel"] > before  # Liger's loss ran, not transformers'

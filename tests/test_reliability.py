@@ -11,9 +11,7 @@ from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
 from del_plugin.tooling.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config, load_config, refused, run_axolotl
-from trainer_checks import train_logs
-
-PARTS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
+from trainer_checks import LOGGED_KEYS, train_logs
 
 
 # ---------------------------------------------------------------------------------------------- settings
@@ -56,11 +54,30 @@ def test_a_misspelled_key_is_refused_with_the_closest_name(base, typo, meant):
     assert f"unknown key `{typo}`" in message and f"did you mean `{meant}`?" in message
 
 
-def test_unknown_keys_are_not_ours_to_refuse_without_the_plugin(base):
+@pytest.mark.parametrize("key", ["del_alpha", "del_alpah"])
+def test_del_keys_without_the_plugin_line_are_refused_with_the_line_to_add(base, key):
+    """Axolotl 0.21 registers an installed plugin from its entry point (tests/test_install.py checks that with the
+    package's real metadata) and validates every config with its keys; here the plugin is registered as that
+    discovery does it, under the same name."""
+    from axolotl.integrations.base import PluginManager
+
+    PluginManager.get_instance().register("del_plugin.DELPlugin")
     cfg = base(plugins=[])
     del cfg["del_alpha"]
-    cfg["del_alpah"] = 0.5  # Axolotl drops unknown keys; only a config that lists the plugin is ours to check
-    load_config(cfg)
+    cfg[key] = 0.5
+    message = refused(cfg)
+    assert f"`{key}` set, but the plugin is not listed" in message
+    assert "plugins:\n  - del_plugin.DELPlugin" in message
+
+
+def test_a_config_without_the_plugin_carries_no_del_keys(base):
+    from axolotl.integrations.base import PluginManager
+
+    PluginManager.get_instance().register("del_plugin.DELPlugin")
+    cfg = base(plugins=[])
+    del cfg["del_alpha"]
+    loaded = load_config(cfg)
+    assert not [key for key in loaded if key.startswith("del_")]
 
 
 # ---------------------------------------------------------------------------------------------- masked batches
@@ -116,7 +133,7 @@ def test_fully_masked_batches_log_finite_parts_that_sum_to_the_loss(tmp_path):
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 3
     for log in logs:
-        for key in PARTS:
+        for key in LOGGED_KEYS:
             assert math.isfinite(log[key]), (key, log)
         assert log["ce_loss"] + log["del_loss"] == pytest.approx(log["loss"], rel=1e-5), log
     assert logs[1]["digit_targets"] == 0  # the masked step had no digit target
@@ -146,6 +163,6 @@ def test_resumed_run_logs_what_the_uninterrupted_run_logs(tmp_path):
     after = [log for log in resumed if log["step"] > 3]
     assert [log["step"] for log in after] == [4, 5, 6]
     for got, want in zip(after, [log for log in whole if log["step"] > 3]):
-        for key in ("loss",) + PARTS:
+        for key in ("loss",) + LOGGED_KEYS:
             assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), (key, got, want)
         assert got["ce_loss"] + got["del_loss"] == pytest.approx(got["loss"], rel=1e-5)

@@ -125,7 +125,16 @@ def test_packed_padding_free_nll_with_eval(tmp_path):
 
 
 @pytest.mark.e2e
-def test_token_criterion_with_nll(tmp_path):
+def test_token_criterion_with_nll(tmp_path, monkeypatch):
+    """The criterion's loss goes through transformers.Trainer.compute_loss with the Trainer's compute_loss_func,
+    never through SFTTrainer.compute_loss, whose handling of a compute_loss_func TRL 1.16 deprecates and 2.0
+    removes (it would then train TRL's own loss instead)."""
+    from trl import SFTTrainer
+
+    def not_trls(*args, **kwargs):
+        raise AssertionError("a token criterion went through SFTTrainer.compute_loss")
+
+    monkeypatch.setattr(SFTTrainer, "compute_loss", not_trls)
     trainer = example.main(
         [
             "--output-dir",

@@ -1,5 +1,7 @@
-"""The Axolotl host: the plugin's hooks (:class:`~del_plugin.axolotl.plugin.DELPlugin`), its config keys and
-validators (:mod:`~del_plugin.axolotl.args`), the trainer Axolotl is handed (:mod:`~del_plugin.axolotl.trainer`) and
-the early checks of the model and tokenizer a config names (:mod:`~del_plugin.axolotl.source_checks`).
+"""The Axolotl host: the plugin's hooks (:class:`~del_plugin.axolotl.plugin.DELPlugin`, registered with Axolotl by
+the package's ``axolotl.plugins`` entry point), its config keys and validators (:mod:`~del_plugin.axolotl.args`),
+the trainer Axolotl is handed (:mod:`~del_plugin.axolotl.trainer`), the early checks of the model and tokenizer a
+config names (:mod:`~del_plugin.axolotl.source_checks`), the logger Axolotl's console shows
+(:mod:`~del_plugin.axolotl.logs`) and ``del-check`` (:mod:`~del_plugin.axolotl.check`).
 
 Everything here imports Axolotl; nothing in ``del_plugin.core`` or ``del_plugin.hf`` imports this package."""

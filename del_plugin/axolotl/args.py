@@ -15,14 +15,12 @@ import json
 import re
 from typing import Any
 
-from axolotl.utils.logging import get_logger
 from pydantic import Field, create_model, field_validator, model_validator
 
 from ..core.criteria import CRITERIA, criteria_names, criterion_spec
 from ..core.places import PlaceWeighting
 from ..hf.settings import DEFAULT_ALPHA, DELSettings
-
-LOG = get_logger(__name__)
+from .logs import LOG
 
 PLUGIN_NAME = "del_plugin.DELPlugin"
 
@@ -48,6 +46,21 @@ def lora_targets_head(targets: Any) -> bool:
     if isinstance(targets, str):
         return re.fullmatch(targets, "lm_head") is not None
     return any(str(t) == "lm_head" or str(t).endswith(".lm_head") for t in targets or [])
+
+
+def cce_folds_lora_head() -> bool | None:
+    """Whether the installed Cut Cross Entropy folds a LoRA adapter on ``lm_head`` into its loss: Axolotl's fork does
+    since it hands the patched forwards the head module (``cut_cross_entropy.transformers.utils.apply_lce_lm_head``,
+    which appends ``scaling * A(dropout(h))`` to the hidden states and ``B`` to the classifier, calling ``lora_A``
+    as the head would); earlier forks pass ``lm_head.weight``, the base weight. None: no fork installed (Axolotl's
+    plugin then refuses the run with its install line)."""
+    import importlib
+
+    try:
+        utils = importlib.import_module("cut_cross_entropy.transformers.utils")
+    except ImportError:
+        return None
+    return hasattr(utils, "apply_lce_lm_head")
 
 
 def zero_stage(deepspeed: Any) -> int | None:
@@ -88,59 +101,97 @@ def _when_enabled(rule):
     return checked
 
 
-def _finite(default: Any, description: str) -> Any:
-    return Field(default=default, allow_inf_nan=False, json_schema_extra={"description": description})
+def _finite(description: str) -> Any:
+    return Field(default=None, allow_inf_nan=False, json_schema_extra={"description": description})
+
+
+def _plugin_line_missing(data: dict) -> list[str]:
+    """The ``del_`` keys set in a config that does not list the plugin."""
+    return sorted(k for k in data if isinstance(k, str) and k.startswith("del_") and data[k] is not None)
 
 
 CriterionParamArgs = create_model(
     "CriterionParamArgs",
     __doc__="One optional float field per criterion parameter of the registry (its config key, default and doc).",
     **{
-        param.key: (float, _finite(param.default, f"{param.doc}; del_criterion: {spec.name} only."))
+        param.key: (
+            float | None,
+            _finite(f"{param.doc}; default {param.default}; del_criterion: {spec.name} only."),
+        )
         for spec in CRITERIA.values()
         for param in spec.params
     },
 )
 
+# What an unset key means once the plugin is listed (DELSettings reads the same defaults); the fields themselves
+# default to None, so that a config without the plugin carries no del_ key (Axolotl dumps the validated config
+# without None values, and Axolotl 0.21 merges a discovered plugin's fields into every config).
+DEFAULTS: dict[str, Any] = {
+    "del_alpha": DEFAULT_ALPHA,
+    "del_criterion": DELSettings.criterion,
+    "del_place_weighting": PlaceWeighting.enabled,
+    "del_integer_slope": PlaceWeighting.integer_slope,
+    "del_decimal_base": PlaceWeighting.decimal_base,
+    **{param.key: param.default for spec in CRITERIA.values() for param in spec.params},
+}
+
 
 class DELArgs(CriterionParamArgs):
     """Input args for the Digit Entropy Loss."""
 
-    del_alpha: float = _finite(
-        DEFAULT_ALPHA,
+    del_alpha: float | None = _finite(
         "Weight of the digit term: L = CE + del_alpha * L_num, L_num the mean over all digit targets of an "
-        "optimizer step (all micro-batches and GPUs), in [0, 100]; 0 trains with cross-entropy alone and still logs "
-        "the digit metrics. For a criterion that replaces cross-entropy ("
+        f"optimizer step (all micro-batches and GPUs), in [0, 100], default {DEFAULT_ALPHA} (choosing it: "
+        "docs/choosing-del-alpha.md); 0 trains with cross-entropy alone and still logs the digit metrics. For a "
+        "criterion that replaces cross-entropy ("
         + criteria_names(needs_full_logits=True)
-        + "): "
-        "the interpolation (1 - del_alpha) * CE + del_alpha * criterion, in [0, 1], required. To reproduce the "
-        "reference scripts, see docs/examples.md's conversion.",
+        + "): the interpolation (1 - del_alpha) * CE + del_alpha * criterion, in [0, 1], required."
     )
-    del_criterion: str = Field(
-        default=DELSettings.criterion,
+    del_criterion: str | None = Field(
+        default=None,
         json_schema_extra={
-            "description": f"Training criterion, one of {criteria_names()} (docs/criteria.md).",
+            "description": f"Training criterion, one of {criteria_names()} (docs/criteria.md); default "
+            f"{DELSettings.criterion}.",
             "enum": list(CRITERIA),
         },
     )
-    del_place_weighting: bool = Field(
-        default=PlaceWeighting.enabled,
+    del_place_weighting: bool | None = Field(
+        default=None,
         json_schema_extra={
             "description": "Weight each digit by its place in the number (u = slope*(i+1) for integer place i, "
-            "base**(i-1) for decimal places). false: every digit weighs 1."
+            "base**(i-1) for decimal places). false: every digit weighs 1. Default true."
         },
     )
-    del_integer_slope: float = _finite(
-        PlaceWeighting.integer_slope, "Slope of the integer-place weight u = slope*(i+1), in (0, 100] (paper: 2)."
+    del_integer_slope: float | None = _finite(
+        f"Slope of the integer-place weight u = slope*(i+1), in (0, 100]; default {PlaceWeighting.integer_slope} "
+        "(the paper's)."
     )
-    del_decimal_base: float = _finite(
-        PlaceWeighting.decimal_base, "Base of the decimal-place weight u = base**(i-1), in [1, 10] (paper: 1.02)."
+    del_decimal_base: float | None = _finite(
+        f"Base of the decimal-place weight u = base**(i-1), in [1, 10]; default {PlaceWeighting.decimal_base} "
+        "(the paper's)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def refuse_del_keys_without_the_plugin(cls, data: Any) -> Any:
+        """Axolotl 0.21 discovers the installed plugin and validates every config with its keys; a config that sets
+        ``del_`` keys without listing the plugin would train plain cross-entropy."""
+        if isinstance(data, dict) and not plugin_enabled(data):
+            keys = _plugin_line_missing(data)
+            if keys:
+                _refuse(
+                    f"{', '.join(f'`{k}`' for k in keys)} set, but the plugin is not listed, so the run would "
+                    f"train without DEL; add it to the config:\nplugins:\n  - {PLUGIN_NAME}\n(or remove the del_ "
+                    "keys)"
+                )
+        return data
 
     @field_validator("del_criterion", mode="before")
     @classmethod
     def check_criterion_name(cls, value: Any) -> Any:
         """An unknown criterion, with the closest name (``del_centred`` -> ``del_centered``)."""
+        if value is None:
+            return value
         try:
             criterion_spec(value)
         except ValueError as err:
@@ -239,15 +290,17 @@ class DELArgs(CriterionParamArgs):
     @model_validator(mode="before")
     @classmethod
     @_when_enabled
-    def refuse_lora_head_with_fused_loss(cls, data: dict) -> None:
-        """Fused kernels read ``lm_head.weight`` (the base weight): a LoRA adapter on the head would not train."""
-        fused = fused_cross_entropy(data)
-        if fused and lora_targets_head(data.get("lora_target_modules")):
+    def refuse_lora_head_with_liger_fused_loss(cls, data: dict) -> None:
+        """Liger's fused linear cross-entropy reads ``lm_head.weight`` (the base weight): a LoRA adapter on the head
+        would not train. (Axolotl 0.21's Cut Cross Entropy folds such adapters into its loss:
+        :func:`cce_folds_lora_head`, checked when the model loads.)"""
+        if data.get("liger_fused_linear_cross_entropy") and lora_targets_head(data.get("lora_target_modules")):
             _refuse(
-                f"a LoRA adapter on lm_head (`lora_target_modules`) with {' and '.join(f'`{k}`' for k in fused)}: "
-                "the fused kernel reads lm_head.weight, the base weight without the adapter, so the "
-                "cross-entropy would train without it while DEL and evaluation see it; train the head with "
-                "`lora_modules_to_save: [lm_head]` instead, or use plain cross-entropy"
+                "a LoRA adapter on lm_head (`lora_target_modules`) with `liger_fused_linear_cross_entropy`: Liger's "
+                "kernel reads lm_head.weight, the base weight without the adapter, so the cross-entropy would "
+                "train without it while DEL and evaluation see it; train the head with "
+                "`lora_modules_to_save: [lm_head]` instead, use Cut Cross Entropy (Axolotl's fork folds the adapter "
+                "into its loss), or plain cross-entropy"
             )
 
     @model_validator(mode="before")
@@ -257,8 +310,9 @@ class DELArgs(CriterionParamArgs):
         """ZeRO-3 partitions the head weight, whose digit rows DEL reads inside the forward."""
         if zero_stage(data.get("deepspeed")) == 3:
             _refuse(
-                "DeepSpeed ZeRO-3 partitions the LM head weight, and DEL reads ten of its rows in the forward "
-                "pass; use ZeRO-2 (`deepspeed: deepspeed_configs/zero2.json`) or FSDP"
+                "DeepSpeed ZeRO-3 partitions the LM head weight, and DEL reads its digit rows in the forward "
+                "pass; shard with FSDP2 instead, with the fsdp_config of examples/*/paper-full-fsdp.yml "
+                "(docs/distributed.md), or use ZeRO-2 (`deepspeed: deepspeed_configs/zero2.json`)"
             )
 
     @model_validator(mode="before")
@@ -277,6 +331,15 @@ class DELArgs(CriterionParamArgs):
             _refuse("DEL does not support sequence/context parallelism; set context_parallel_size: 1")
         if data.get("orpo_alpha"):
             _refuse("DEL does not support ORPO (`orpo_alpha`)")
+
+    @model_validator(mode="after")
+    def fill_defaults(self):
+        """A listed plugin's unset keys take their defaults, so the validated config shows what the run uses."""
+        if plugin_enabled(self):
+            for key, default in DEFAULTS.items():
+                if getattr(self, key, None) is None:
+                    setattr(self, key, default)
+        return self
 
     @model_validator(mode="after")
     def check_model_architecture(self):

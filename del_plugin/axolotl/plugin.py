@@ -3,24 +3,80 @@
 from __future__ import annotations
 
 from axolotl.integrations.base import BasePlugin
-from axolotl.utils.logging import get_logger
 
-from .args import plugin_enabled
+from .args import PLUGIN_NAME, cce_folds_lora_head, fused_cross_entropy, lora_targets_head, plugin_enabled
+from .logs import LOG
 
-LOG = get_logger(__name__)
+# The Axolotl releases this plugin is built and tested on (setup.cfg's `axolotl` extra says the same; a test checks).
+SUPPORTED_AXOLOTL = ">=0.21.0,<0.22"
+TESTED_AXOLOTL = "0.21.0"
+
+
+def check_axolotl_version(installed: str | None = None) -> str:
+    """Refuse an Axolotl older than :data:`SUPPORTED_AXOLOTL` (DEL's trainer subclasses its ``AxolotlTrainer`` and
+    reads its config and plugin API as of 0.21); warn for a newer one, which is untested. Returns the version."""
+    from importlib.metadata import version
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    installed = installed or version("axolotl")
+    supported = SpecifierSet(SUPPORTED_AXOLOTL)
+    if Version(installed) in supported:
+        return installed
+    if Version(installed) < min(Version(spec.version) for spec in supported if spec.operator.startswith(">")):
+        raise RuntimeError(
+            f"{PLUGIN_NAME} needs Axolotl {SUPPORTED_AXOLOTL} (tested with {TESTED_AXOLOTL}), but Axolotl {installed} "
+            f"is installed; upgrade it (pip install 'axolotl=={TESTED_AXOLOTL}') or remove the plugin from `plugins`"
+        )
+    LOG.warning(
+        "%s was tested with Axolotl %s; Axolotl %s is installed, which may have changed the trainer or plugin API it "
+        'uses. Watch the start-up lines ("DEL is on") and the logged del_loss, or install axolotl==%s',
+        PLUGIN_NAME,
+        TESTED_AXOLOTL,
+        installed,
+        TESTED_AXOLOTL,
+    )
+    return installed
+
+
+def check_lora_head_kernel(cfg) -> None:
+    """A LoRA adapter on ``lm_head`` beside Cut Cross Entropy trains only with a fork that folds it into the loss
+    (:func:`~del_plugin.axolotl.args.cce_folds_lora_head`); an earlier fork would train the cross-entropy without
+    it (DEL would then stop at the first step, its adapter hook not having run)."""
+    if cfg.get("adapter") not in ("lora", "qlora") or not lora_targets_head(cfg.get("lora_target_modules")):
+        return
+    if "cut_cross_entropy" in fused_cross_entropy(cfg) and cce_folds_lora_head() is False:
+        raise ValueError(
+            f"{PLUGIN_NAME}: a LoRA adapter on lm_head with Cut Cross Entropy, but the installed cut_cross_entropy "
+            "fork passes lm_head.weight (the base weight) to its kernel, so the cross-entropy would train without the "
+            'adapter; install the fork Axolotl names (pip install "cut-cross-entropy[transformers] @ '
+            'git+https://github.com/axolotl-ai-cloud/ml-cross-entropy.git@v0.1.1"), whose '
+            "apply_lce_lm_head folds it in, or train the head with `lora_modules_to_save: [lm_head]`"
+        )
 
 
 class DELPlugin(BasePlugin):
     """Digit Entropy Loss for supervised fine-tuning: ``plugins: [del_plugin.DELPlugin]`` and ``del_alpha``."""
 
-    def get_input_args(self) -> str:
-        return "del_plugin.axolotl.args.DELArgs"
+    def register(self, cfg):
+        if plugin_enabled(cfg):
+            check_axolotl_version()
+
+    def get_input_args(self) -> str | None:
+        # the plugin may be registered twice (discovered, and listed under another spelling of its path): Axolotl
+        # would then merge DELArgs into the config class twice, which Python refuses
+        from axolotl.integrations.base import PluginManager
+
+        first = next((p for p in PluginManager().plugins.values() if isinstance(p, DELPlugin)), self)
+        return "del_plugin.axolotl.args.DELArgs" if first is self else None
 
     def pre_model_load(self, cfg):
         """Check Axolotl's own tokenizer (added tokens and all) before the model is loaded. Config validation
         already checked the tokenizer when it could load it; this also covers the case where it could not."""
         if not plugin_enabled(cfg):
             return
+        check_lora_head_kernel(cfg)
         from axolotl.loaders.tokenizer import load_tokenizer
 
         from ..core import DigitVocab

@@ -1,17 +1,16 @@
-"""Early checks at config validation, before any model is loaded: the run's tokenizer splits numbers into single
-digits, and the model's config sets no post-head logit transform that DEL does not apply."""
+"""Early checks at config validation, before any model is loaded: the run's tokenizer gives DEL a ten-way
+distribution for every digit (one token per digit, or complete number tokens of 1-3 digits read slot by slot), and
+the model's config sets no post-head logit transform that DEL does not apply, nor a loss kernel its architecture
+refuses."""
 
 from __future__ import annotations
 
 import functools
 
-from axolotl.utils.logging import get_logger
-
 from ..core import DigitVocab
 from ..core.capture import DigitCaptureError, check_architecture
 from ..core.vocab import DigitVocabError
-
-LOG = get_logger(__name__)
+from .logs import LOG
 
 
 def _load_or_postpone(loader, source: str, what: str, trust_remote_code: bool, revision: str | None, **kwargs):
@@ -50,10 +49,10 @@ def check_tokenizer_source(
     except DigitVocabError as err:
         raise ValueError(f"del_plugin.DELPlugin: {err}") from err
     LOG.info(
-        "del_plugin: %s has %s%s",
+        "DEL: tokenizer %s: %s%s",
         source,
         vocab.describe(),
-        "" if vocab.decimal_point_id is not None else " and no '.' token",
+        "" if vocab.decimal_point_id is not None else "; no '.' token, so no decimal places",
     )
     return vocab
 

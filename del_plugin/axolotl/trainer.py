@@ -6,12 +6,15 @@ from axolotl.core.trainers.base import AxolotlTrainer
 
 from ..hf.settings import DELSettings
 from ..hf.trainer import DELTrainerMixin
+from .logs import LOG
 
 __all__ = ["DELTrainer"]
 
 
 class DELTrainer(DELTrainerMixin, AxolotlTrainer):
     """``AxolotlTrainer`` whose loss is ``CE + del_alpha * L_num`` (or another ``del_criterion``)."""
+
+    del_log = LOG  # Axolotl's console shows it (del_plugin/axolotl/logs.py)
 
     def post_set_axolotl_cfg(self):
         super().post_set_axolotl_cfg()

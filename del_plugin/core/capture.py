@@ -20,9 +20,14 @@ Two readers, chosen by the vocabulary at construction: single digit tokens (:cla
 ``[B, T, F, 10]`` digit logits computed inside the forward) and number tokens (Llama-3's '123',
 :class:`_NumberTokenReader`, :mod:`~del_plugin.core.digits`). The logits a digit slot reads depend on its target,
 so the number-token reader keeps the decoder's output (the tensor the head's backward saves anyway: no copy) and
-computes ``h · W[number rows]ᵀ`` only at the positions whose target is a number token, after the forward. The
-head's weight must still be whole then (it is in the root FSDP unit, which FSDP does not reshard after the
-forward).
+computes ``h · W[number rows]ᵀ`` only at the positions whose target is a number token, after the forward. Under
+FSDP2 it reads a float32 copy of the head's number rows taken when the decoder returned
+(:mod:`~del_plugin.core.head_rows`): FSDP2 frees the gathered head weight when the forward returns (Axolotl
+reshards the root unit after the forward too).
+
+Under FSDP2 the head must be whole when the decoder returns: it is in the root unit, which holds everything outside
+the wrapped decoder layers (Axolotl's ``TRANSFORMER_BASED_WRAP``) and is gathered for the whole forward. A head that
+FSDP2 made a unit of its own is still sharded then and is refused.
 
 No transformers or PEFT import: modules are recognised by their attributes.
 """
@@ -36,6 +41,7 @@ import torch.nn.functional as F
 
 from .architectures import ARCHITECTURES, TRANSFORM_KEYS, Architecture, LogitTransform, text_config
 from .digits import DigitTargets, select_digit_family, slot_digit_targets
+from .head_rows import gather_rows, rows_vocab
 from .hidden import digit_logits_from_hidden, number_logits_from_hidden
 from .vocab import DigitVocab
 
@@ -71,6 +77,27 @@ def _unwrap(model: Any) -> tuple[Any, Any]:
     if isinstance(inner, torch.nn.Module) and isinstance(getattr(inner, "lm_head", None), torch.nn.Module):
         return model, inner
     return model, model
+
+
+def _sharded_by_fsdp2(model: Any) -> bool:
+    """Whether ``model``, or a model inside the wrappers :func:`_unwrap` sees through, is an FSDP2 unit (the root unit
+    of a sharded model, which holds the head)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch built without distributed support
+        return False
+    seen = set()
+    while isinstance(model, torch.nn.Module) and id(model) not in seen:
+        if isinstance(model, FSDPModule):
+            return True
+        seen.add(id(model))
+        inner = getattr(model, "module", None)
+        if not isinstance(inner, torch.nn.Module):
+            inner = getattr(model, "_orig_mod", None)
+        if not isinstance(inner, torch.nn.Module) and hasattr(model, "get_base_model"):
+            inner = model.get_base_model()
+        model = inner
+    return False
 
 
 def check_architecture(config: Any) -> Architecture | None:
@@ -136,23 +163,32 @@ class _LoraHead:
             if not isinstance(self.head.lora_B[name], torch.nn.Linear):
                 raise DigitCaptureError(f"the LoRA adapter {name!r} on the LM head is not a linear adapter")
 
-    def delta(self, name: str, projected: torch.Tensor, row_ids: torch.Tensor) -> torch.Tensor:
-        """The adapter ``name``'s float32 contribution ``scaling * B[rows] · A(dropout(h))`` to the head's rows
-        ``row_ids``, from ``projected`` = ``A(dropout(h))`` ``[..., r]`` as the head computed it."""
+    def rows(self, name: str, row_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The adapter ``name``'s ``B`` weight and bias (None without one) at the head's rows ``row_ids``, float32."""
         lora_b = self.head.lora_B[name]
         bias = None if lora_b.bias is None else lora_b.bias[row_ids].float()
+        return lora_b.weight[row_ids].float(), bias
+
+    def delta(
+        self, name: str, projected: torch.Tensor, b_rows: torch.Tensor, b_bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The adapter ``name``'s float32 contribution ``scaling * B[rows] · A(dropout(h))`` to the head's rows whose
+        ``B`` rows and bias are ``b_rows`` and ``b_bias`` (:meth:`rows`), from ``projected`` = ``A(dropout(h))``
+        ``[..., r]`` as the head computed it."""
         with torch.autocast(device_type=projected.device.type, enabled=False):
-            return F.linear(projected.float(), lora_b.weight[row_ids].float(), bias) * self.head.scaling[name]
+            return F.linear(projected.float(), b_rows, b_bias) * self.head.scaling[name]
 
 
 class _Forward:
     """What one armed forward handed a reader: the decoder's output, the head's weight and bias as they were then,
-    whether to build a graph, and the LoRA adapters expected to run on the head."""
+    whether to build a graph, the LoRA adapters expected to run on the head, and whether the head's weights may be
+    freed when the forward returns (FSDP2)."""
 
-    __slots__ = ("hidden", "weight", "bias", "grad", "lora_expected")
+    __slots__ = ("hidden", "weight", "bias", "grad", "lora_expected", "freed_after")
 
-    def __init__(self, hidden, weight, bias, grad: bool, lora_expected: list[str]):
+    def __init__(self, hidden, weight, bias, grad: bool, lora_expected: list[str], freed_after: bool = False):
         self.hidden, self.weight, self.bias, self.grad, self.lora_expected = hidden, weight, bias, grad, lora_expected
+        self.freed_after = freed_after
 
 
 class _DigitReader:
@@ -209,7 +245,7 @@ class _SingleDigitReader(_DigitReader):
             raise DigitCaptureError("the LM head's LoRA adapter ran before the decoder returned")
         ids = self.vocab.family_ids(projected.device).reshape(-1)
         with torch.set_grad_enabled(self._grad):
-            delta = self.lora.delta(name, projected, ids)
+            delta = self.lora.delta(name, projected, *self.lora.rows(name, ids))
             self.raw_logits = self.raw_logits + delta.unflatten(-1, self.raw_logits.shape[-2:])
         self._final = None
 
@@ -232,25 +268,39 @@ class _SingleDigitReader(_DigitReader):
 
 class _NumberTokenReader(_DigitReader):
     """Number tokens (Llama-3's '123'): the rows a slot reads depend on its target, so the decoder's output (the
-    tensor the head's backward saves anyway: no copy) and the LoRA adapters' ``A(dropout(h))`` are kept, and the
-    slots are computed in :meth:`digit_targets`, at the positions whose target is a number token. A forward is read
-    for one ``targets`` tensor; the hidden states are then let go."""
+    tensor the head's backward saves anyway: no copy), the head's weight and the LoRA adapters' ``A(dropout(h))``
+    and ``B`` rows are kept, and the slots are computed in :meth:`digit_targets`, at the positions whose target is
+    a number token. Under FSDP2, which frees the head's weight when the forward returns (module docstring), a
+    float32 copy of the head's number rows (and bias) taken while the forward runs is kept instead of the weight,
+    and read through :attr:`rows`, the vocabulary of the copy. A forward is read for one ``targets`` tensor; the
+    hidden states are then let go."""
+
+    def __init__(self, vocab: DigitVocab, lora: _LoraHead | None):
+        self.rows = rows_vocab(vocab)
+        super().__init__(vocab, lora)
 
     def reset(self) -> None:
         self.forward: _Forward | None = None
-        self.projected: dict[str, torch.Tensor] = {}
+        # per adapter: A(dropout(h)), and B's weight and bias at the number rows
+        self.projected: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
         self.slots: tuple[torch.Tensor, DigitTargets] | None = None  # the targets read last, and their slots
 
     def captured(self) -> bool:
         return self.forward is not None
 
     def on_decoder(self, forward: _Forward) -> None:
+        if forward.freed_after:
+            ids = self.vocab.number_row_ids_on(forward.weight.device)
+            with torch.set_grad_enabled(forward.grad):
+                forward.weight = gather_rows(forward.weight, ids)
+                forward.bias = None if forward.bias is None else forward.bias[ids].float()
         self.forward = forward
 
     def on_lora(self, name: str, projected: torch.Tensor) -> None:
         if self.forward is None:
             raise DigitCaptureError("the LM head's LoRA adapter ran before the decoder returned")
-        self.projected[name] = projected
+        with torch.set_grad_enabled(self.forward.grad):
+            self.projected[name] = (projected, *self.lora.rows(name, self.vocab.number_row_ids_on(projected.device)))
 
     def digit_targets(
         self, targets: torch.Tensor, transform: LogitTransform | None, positions: list[torch.Tensor] | None
@@ -271,15 +321,17 @@ class _NumberTokenReader(_DigitReader):
     def _group_logits(self, positions: list[torch.Tensor], transform: LogitTransform | None) -> list[torch.Tensor]:
         """Each number group's logits at its flat positions of the captured forward, as the model's own: the head's
         rows (bias, LoRA adapters) on the decoder's output, then the architecture's transform."""
-        forward = self.forward
+        forward, offsets = self.forward, self.vocab.group_offsets
         with torch.set_grad_enabled(forward.grad):
-            z = number_logits_from_hidden(forward.hidden, forward.weight, self.vocab, positions, forward.bias)
-            rows = self.vocab.group_row_ids_on(forward.hidden.device)
+            vocab = self.rows if forward.freed_after else self.vocab  # the copied rows, or the head's weight
+            z = number_logits_from_hidden(forward.hidden, forward.weight, vocab, positions, forward.bias)
             for name in forward.lora_expected:
-                projected = self.projected[name]
+                projected, b_rows, b_bias = self.projected[name]
                 flat = projected.reshape(-1, projected.shape[-1])
-                for g, (pos, ids) in enumerate(zip(positions, rows)):
-                    z[g] = z[g] + self.lora.delta(name, flat.index_select(0, pos), ids)
+                for g, pos in enumerate(positions):
+                    group = slice(offsets[g], offsets[g + 1])
+                    bias = None if b_bias is None else b_bias[group]
+                    z[g] = z[g] + self.lora.delta(name, flat.index_select(0, pos), b_rows[group], bias)
             if transform is not None:
                 z = [transform(zg) for zg in z]
         return z
@@ -310,6 +362,7 @@ class DigitLogitsCapture:
     """
 
     def __init__(self, model: torch.nn.Module, vocab: DigitVocab, *, differentiable: bool = True):
+        self._model = model  # to tell, at each forward, whether FSDP2 has sharded it since
         outer, causal_lm = _unwrap(model)
         config = getattr(outer, "config", None)
         self.model_type = getattr(config, "model_type", None)
@@ -327,6 +380,12 @@ class DigitLogitsCapture:
             )
         if getattr(head, "weight", None) is None:
             raise DigitCaptureError(f"model_type {self.model_type!r}: the LM head {type(head).__name__} has no weight")
+        largest = max(vocab.number_row_ids)
+        if largest >= head.weight.shape[0]:
+            raise DigitCaptureError(
+                f"digit token id {largest} of {vocab.name} is outside the LM head's {head.weight.shape[0]} rows: the "
+                "tokenizer and the model do not match"
+            )
         self.vocab = vocab
         self.head = head
         self.differentiable = differentiable
@@ -350,6 +409,7 @@ class DigitLogitsCapture:
         self._decoder_calls = 0
         self._lora_calls: dict[str, int] = {}
         self._lora_expected: list[str] = []
+        self._autocast_dtype: torch.dtype | None = None  # autocast's dtype inside the forward, if it was on
 
     # ------------------------------------------------------------------ hooks
     def _on_decoder(self, module, args, output) -> None:
@@ -357,6 +417,10 @@ class DigitLogitsCapture:
             return
         self._decoder_calls += 1
         if self._decoder_calls > 1:
+            if not torch.is_grad_enabled():
+                # a host that runs the model again without gradients after its loss forward (TRL 1.16 recomputes
+                # the logits for `return_outputs`): the loss's forward is the one read
+                return
             raise DigitCaptureError("the decoder ran twice in one captured forward pass; capture one forward at a time")
         hidden = getattr(output, "last_hidden_state", None)
         if hidden is None:
@@ -367,21 +431,30 @@ class DigitLogitsCapture:
                 "hidden state tensor"
             )
         self._lora_expected = self.lora.active() if self.lora is not None else []
+        # read here, inside the forward: a wrapper that autocasts the forward (accelerate's mixed precision) has
+        # switched autocast off again by the time the forward returns
+        device = hidden.device.type
+        self._autocast_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         grad = torch.is_grad_enabled() and self.differentiable
         bias = getattr(self.head, "bias", None)
-        self.reader.on_decoder(_Forward(hidden, self._whole_head_weight(), bias, grad, self._lora_expected))
+        weight, freed_after = self._whole_head_weight(), _sharded_by_fsdp2(self._model)
+        self.reader.on_decoder(_Forward(hidden, weight, bias, grad, self._lora_expected, freed_after))
 
     def _whole_head_weight(self) -> torch.Tensor:
         weight = self.head.weight
         if type(weight).__name__ == "DTensor" or hasattr(weight, "placements"):
             raise DigitCaptureError(
-                "the LM head weight is still sharded (a DTensor) when DEL reads it: FSDP wraps lm_head as a "
-                "unit of its own, so its full weight exists only inside the head's forward, which fused losses "
-                "skip. Keep lm_head in the root FSDP unit (do not list it in the FSDP wrap policy)"
+                "the LM head weight is still sharded (a DTensor) when the decoder returns, where DEL reads its digit "
+                "rows: FSDP2 made lm_head a unit of its own, gathered only inside the head's own forward (which "
+                "fused cross-entropy kernels skip). Keep lm_head in the root FSDP unit: fsdp_config "
+                "auto_wrap_policy: TRANSFORMER_BASED_WRAP with transformer_layer_cls_to_wrap set to the decoder "
+                "layer class, as examples/*/paper-full-fsdp.yml do (SIZE_BASED_WRAP makes a unit of every module above "
+                "min_num_params, the head included)"
             )
         if getattr(weight, "ds_numel", None) is not None or weight.numel() == 0:
             raise DigitCaptureError(
-                "the LM head weight is partitioned (DeepSpeed ZeRO-3) when DEL reads it; use ZeRO-2 or FSDP"
+                "the LM head weight is partitioned (DeepSpeed ZeRO-3) when DEL reads it; use FSDP2 with lm_head in "
+                "the root unit (examples/*/paper-full-fsdp.yml), or ZeRO-2"
             )
         return weight
 
@@ -472,6 +545,7 @@ class DigitLogitsCapture:
         finally:
             model.train(was_training)
             self.differentiable = differentiable
+            autocast_dtype = self._autocast_dtype
             self._reset()
         theirs = logits[..., ids.to(logits.device)]  # [B, T, F, 10], or [B, T, R] for number tokens
         keep = torch.ones(theirs.shape[:2], dtype=torch.bool, device=theirs.device)
@@ -486,6 +560,8 @@ class DigitLogitsCapture:
         dtypes = [logits.dtype, self.head.weight.dtype]
         if torch.is_autocast_enabled(device):
             dtypes.append(torch.get_autocast_dtype(device))
+        if autocast_dtype is not None:  # a wrapper that autocast the forward alone (see _on_decoder)
+            dtypes.append(autocast_dtype)
         tolerance = max(logits_tolerance(dtype, scale) for dtype in dtypes)
         if not difference <= tolerance:
             transform = self.transform.description if self.transform is not None else "none"

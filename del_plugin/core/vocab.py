@@ -209,12 +209,13 @@ class DigitVocab:
         return len(self.family_token_ids)
 
     def describe(self) -> str:
-        """What DEL reads in this vocabulary, for logs: '1 digit family' or '1 digit family, number tokens of 1-3
-        digits (1,110 head rows)'."""
-        text = f"{self.num_families} digit famil{'y' if self.num_families == 1 else 'ies'}"
-        if self.max_digits > 1:
-            text += f", number tokens of 1-{self.max_digits} digits ({len(self.number_row_ids):,} head rows)"
-        return text
+        """How this tokenizer spells digits, for logs: "one token per digit ('0'..'9')" or "number tokens of 1-3
+        digits (1,110 head rows), read digit by digit ('0'..'9', 'Ġ0'..'Ġ9')"."""
+        families = ", ".join(f"{marker + '0'!r}..{marker + '9'!r}" for marker in self.family_markers)
+        if self.max_digits == 1:
+            return f"one token per digit ({families})"
+        rows = len(self.number_row_ids)
+        return f"number tokens of 1-{self.max_digits} digits ({rows:,} head rows), read digit by digit ({families})"
 
     @functools.cached_property
     def max_digits(self) -> int:

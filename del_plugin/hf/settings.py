@@ -14,7 +14,7 @@ from ..core.places import PLACE_WEIGHT_BOUNDS, PlaceWeighting
 __all__ = ["ALPHA_BOUNDS", "DEFAULT_ALPHA", "DELSettings", "criteria_table"]
 
 # A digit criterion's weight when none is given: the smallest weight of the efficacy sweep, where DEL cost least
-# (docs/efficacy.md; every larger weight cost more accuracy there). README: "Choosing del_alpha".
+# (docs/efficacy.md; every larger weight cost more accuracy there). The advice's home: docs/choosing-del-alpha.md.
 DEFAULT_ALPHA = 0.03
 ALPHA_BOUNDS: dict[str, Bound] = {
     "digit": Bound(

@@ -79,6 +79,9 @@ class DELTrainerMixin:
     ``digit_targets`` for training and evaluation."""
 
     del_settings: DELSettings | None = None
+    # where the start-up lines (criterion and weight, digit layout, the logit check) go; a host whose console shows
+    # only its own loggers sets its own (the Axolotl trainer does)
+    del_log = LOG
 
     def __init__(self, *args, del_settings: DELSettings | None = None, del_vocab: DigitVocab | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -111,13 +114,15 @@ class DELTrainerMixin:
             model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
             state = spec.prepare(model) if spec.prepare else {}
             self.compute_loss_func = TokenCriterionLoss(settings, state)
-        LOG.info(
-            "DEL: criterion %s, alpha=%s, place weighting %s, %s in %s",
+        alone = settings.digit_alpha == 0 and spec.kind != "token"
+        self.del_log.info(
+            "DEL is on: criterion %s, alpha %s%s, place weighting %s; tokenizer %s: %s",
             settings.criterion,
             settings.alpha,
+            " (cross-entropy alone, digit metrics logged)" if alone else "",
             "on" if settings.weighting.enabled else "off",
-            vocab.describe(),
             vocab.name,
+            vocab.describe(),
         )
         if vocab.max_digits > 1 and not positions:
             LOG.info(
@@ -199,9 +204,7 @@ class DELTrainerMixin:
             if positions is not None:
                 self._check_number_positions(targets, positions)
         with self.del_capture:
-            loss, outputs = super().compute_loss(
-                model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
-            )
+            loss, outputs = self._host_compute_loss(model, inputs, return_outputs, num_items_in_batch)
         ce_logged, token_terms = self._token_criterion_parts(loss, num_items_in_batch)
         digits = self.del_capture.digit_targets(targets, positions)
         sums = digit_criterion_sums(
@@ -228,6 +231,15 @@ class DELTrainerMixin:
             loss = loss + del_term
         return (loss, outputs) if return_outputs else loss
 
+    def _host_compute_loss(self, model, inputs, return_outputs: bool, num_items_in_batch):
+        """(loss, outputs or None) of the host's own ``compute_loss`` (with a token criterion, the Trainer's
+        ``compute_loss_func`` in it). Outputs only when asked for: a host may run the model again to build them
+        (TRL 1.16 does)."""
+        result = super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
+        return result if return_outputs else (result, None)
+
     # tokens of the first row that the start-up check runs the model on: enough to hold digits, cheap at 7B
     CHECK_TOKENS = 64
 
@@ -251,14 +263,14 @@ class DELTrainerMixin:
                 "nothing else accepts it (docs/architectures.md)"
             )
         if difference is None:
-            LOG.warning(
+            self.del_log.warning(
                 "DEL: model_type %r: the check forward returned no logits, so DEL's digit logits were not measured "
                 "against the model's own (the architecture's table entry is tested)",
                 capture.model_type,
             )
             capture.verified = True
         else:
-            LOG.info(
+            self.del_log.info(
                 "DEL: model_type %r: digit logits equal the model's own to %.3g (the check forward's largest "
                 "difference)",
                 capture.model_type,

@@ -4,7 +4,8 @@ loss paths (``nll``, ``chunked_nll``, ``dft``, Liger) are kept; the mixin adds t
     trainer = DELSFTTrainer(model=model, args=SFTConfig(...), train_dataset=data,
                             del_settings=DELSettings(alpha=0.3))
 
-What SFTTrainer brings, and what DEL does with it (checked with TRL 1.14.1):
+What SFTTrainer brings, and what DEL does with it (tested with TRL 1.14.1, the version Axolotl 0.21 pins; run by hand
+with TRL 1.16.0, which deprecates ``compute_loss_func`` and ``return_outputs``: docs/hosts.md):
 
 * ``DataCollatorForLanguageModeling`` is wrapped like any collator. With ``padding_free=True`` or BFD packing it
   returns one flattened row with ``position_ids`` that restart at 0 for each sample (and the first label of each
@@ -15,7 +16,9 @@ What SFTTrainer brings, and what DEL does with it (checked with TRL 1.14.1):
   ``"nll"``, ``"chunked_nll"`` (TRL's default, whose patched forward returns no logits), ``"dft"`` (a
   ``compute_loss_func``; the logged ``ce_loss`` is then the DFT loss) and Liger's fused loss. A token criterion
   (one that replaces cross-entropy, such as MixCE) replaces the loss with one computed from the full logits, so it
-  needs ``loss_type="nll"`` without Liger; the other combinations are refused when DEL is set up.
+  needs ``loss_type="nll"`` without Liger; the other combinations are refused when DEL is set up. Its loss goes
+  through ``transformers.Trainer.compute_loss`` with the Trainer's ``compute_loss_func``, never through TRL's
+  (:meth:`DELSFTTrainer._host_compute_loss`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,22 @@ class DELSFTTrainer(DELTrainerMixin, SFTTrainer):
     def setup_del(self, settings: DELSettings, vocab=None) -> None:
         check_sft_loss(settings, self.args)
         super().setup_del(settings, vocab)
+
+    def _host_compute_loss(self, model, inputs, return_outputs: bool, num_items_in_batch):
+        """A token criterion's loss through ``transformers.Trainer.compute_loss`` (which applies the Trainer's
+        ``compute_loss_func`` to the model's logits), not through ``SFTTrainer.compute_loss``: TRL 1.16 deprecates
+        handing it a ``compute_loss_func`` (2.0 removes it: TRL's own loss would then train instead, silently) and
+        computes its cross-entropy in a fused forward. TRL's entropy and token-accuracy metrics are not logged then;
+        DEL logs ``ce_loss`` beside the criterion's loss."""
+        if self.del_settings.spec.kind != "token":
+            return super()._host_compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        from transformers import Trainer
+
+        inputs = {**inputs, "use_cache": False}  # as SFTTrainer does: no KV cache in training
+        result = Trainer.compute_loss(
+            self, model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
+        return result if return_outputs else (result, None)
 
 
 def check_sft_loss(settings: DELSettings, args) -> None:
@@ -60,6 +79,6 @@ def check_sft_loss(settings: DELSettings, args) -> None:
     if loss_type != "nll":
         raise ValueError(
             f"del_plugin: del_criterion `{name}` computes its loss from the full logits; SFTConfig(loss_type="
-            f"{loss_type!r}) (TRL's default is 'chunked_nll') computes the cross-entropy in chunks inside the "
-            "forward and returns no logits. Set loss_type='nll'"
+            f"{loss_type!r}) (TRL 1.14's default) computes the cross-entropy in chunks inside the forward and "
+            "returns no logits. Set loss_type='nll'"
         )

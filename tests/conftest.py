@@ -30,6 +30,21 @@ def forget_cut_cross_entropy():
         PluginManager.get_instance().plugins.pop(CCE, None)
 
 
+def _restored_environment():
+    """Axolotl sets process environment variables for a run and never unsets them (``ACCELERATE_USE_FSDP``,
+    ``FSDP_*`` and ``PARALLELISM_CONFIG_*`` when a config with an ``fsdp_config`` is only loaded): left behind, a
+    later in-process run or a launched DDP run becomes an FSDP run."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+restore_environment_per_test = pytest.fixture(autouse=True)(_restored_environment)
+# module fixtures (an Axolotl run shared by a file's tests) set up before the per-test snapshot is taken
+restore_environment_per_module = pytest.fixture(autouse=True, scope="module")(_restored_environment)
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """``base(**overrides)``: the tests' small CPU LoRA config with the plugin on (tests/axolotl_helpers.py), on the

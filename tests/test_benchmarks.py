@@ -438,6 +438,21 @@ def test_program_limits(tmp_path):
     assert run_program("print('x' * 100000)", output_bytes=1000).status == "limit"
 
 
+def test_the_cpu_limit_stops_a_program_with_sigxcpu(tmp_path):
+    # The launcher on its own, without run_program's wall clock (which a busy machine lets the CPU limit outrun):
+    # a program past its CPU seconds must end by SIGXCPU, which run_program reports as "timeout", not by the
+    # SIGKILL Linux sends when the hard limit is reached on the same tick.
+    import signal
+    import subprocess
+    import sys
+
+    from del_plugin.evaluation.benchmarks import program
+
+    (tmp_path / "program.py").write_text("while True:\n    pass\n")
+    command = [sys.executable, "-I", "-c", program._LAUNCHER, "1", str(512 << 20), "1000"]
+    assert subprocess.run(command, cwd=tmp_path, timeout=60).returncode == -signal.SIGXCPU
+
+
 def test_a_program_sees_an_empty_folder_and_no_inherited_environment(monkeypatch):
     monkeypatch.setenv("DEL_EVAL_SECRET", "do-not-leak")
     code = "import os, json\nprint(json.dumps([os.getcwd(), os.listdir('.'), dict(os.environ)]))"

@@ -44,15 +44,17 @@ PROGRAM_OUTPUT_BYTES = 1 << 20
 _STOP_AT = ("### Instruction",)
 _FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
 
-# Runs in the child before the model's program: set the limits (soft = hard, so the program cannot raise them
-# unless it runs as root), then execute program.py as __main__.
+# Runs in the child before the model's program: set the limits (hard = soft, so the program cannot raise them
+# unless it runs as root; the CPU's hard limit one second later, because Linux sends SIGKILL, not SIGXCPU, when
+# both are reached on the same tick), then execute program.py as __main__.
 _LAUNCHER = """
 import resource, sys
 cpu, memory, output = (int(a) for a in sys.argv[1:4])
-for limit, value in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, memory), (resource.RLIMIT_FSIZE, output),
-                     (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
-    resource.setrlimit(limit, (value, value))
-del resource, cpu, memory, output, limit, value
+for limit, soft, hard in ((resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, memory, memory),
+                          (resource.RLIMIT_FSIZE, output, output), (resource.RLIMIT_NOFILE, 64, 64),
+                          (resource.RLIMIT_CORE, 0, 0)):
+    resource.setrlimit(limit, (soft, hard))
+del resource, cpu, memory, output, limit, soft, hard
 sys.argv = ["program.py"]
 with open("program.py", encoding="utf-8") as source:
     code = compile(source.read(), "program.py", "exec")

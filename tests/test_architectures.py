@@ -506,3 +506,22 @@ def test_the_measurement_allows_the_rounding_of_autocast():
     capture.transform = ARCHITECTURES["granite"].transform(type("C", (), {"logits_scaling": 2.7})())
     with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(LogitsMismatch):
         capture.check_against_logits(model, batch["input_ids"])
+
+
+def test_the_measurement_allows_an_autocast_the_forward_enters_itself():
+    """accelerate's mixed precision (the Trainer's ``bf16=True`` on float32 weights) wraps the model's forward in
+    bf16 autocast and hands back float32 logits: the autocast is out of the check's sight, so the caller names its
+    dtype. Without it the check refuses a correct reading; with it, it accepts it and still refuses a wrong one."""
+    from accelerate import Accelerator
+
+    model = Accelerator(mixed_precision="bf16", cpu=True).prepare_model(tiny_model("llama"))
+    batch = inputs()
+    capture = DigitLogitsCapture(model, VOCAB)
+    assert model(input_ids=batch["input_ids"]).logits.dtype == torch.float32  # the autocast does not show
+    with pytest.raises(LogitsMismatch):
+        capture.check_against_logits(model, batch["input_ids"])
+    assert capture.check_against_logits(model, batch["input_ids"], autocast_dtype=torch.bfloat16) > 0
+    assert capture.verified
+    capture.transform = ARCHITECTURES["granite"].transform(type("C", (), {"logits_scaling": 2.7})())
+    with pytest.raises(LogitsMismatch):
+        capture.check_against_logits(model, batch["input_ids"], autocast_dtype=torch.bfloat16)

@@ -434,11 +434,19 @@ class DigitLogitsCapture:
 
     @torch.no_grad()
     def check_against_logits(
-        self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self,
+        model: torch.nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        autocast_dtype: torch.dtype | None = None,
     ) -> float | None:
         """Measure the captured digit logits against the model's own on one short forward: returns the largest
         absolute difference, or None when that forward returns no logits; raises :class:`LogitsMismatch` when it
         exceeds :func:`logits_tolerance` (a model type whose logits DEL does not read exactly).
+
+        ``autocast_dtype``: the dtype of an autocast that ``model``'s forward enters itself, out of sight of this
+        call (accelerate's mixed precision wraps the forward of a float32 model in bf16/fp16 autocast and hands back
+        float32 logits: bf16 products all the same).
 
         The forward runs in eval mode without labels and without a graph (fused cross-entropy forwards compute the
         logits then), on ``model`` as the trainer holds it; the training mode is restored afterwards."""
@@ -470,6 +478,8 @@ class DigitLogitsCapture:
         dtypes = [logits.dtype, self.head.weight.dtype]
         if torch.is_autocast_enabled(device):
             dtypes.append(torch.get_autocast_dtype(device))
+        if autocast_dtype is not None:
+            dtypes.append(autocast_dtype)
         tolerance = max(logits_tolerance(dtype, scale) for dtype in dtypes)
         if not difference <= tolerance:
             transform = self.transform.description if self.transform is not None else "none"

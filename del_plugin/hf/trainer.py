@@ -28,6 +28,9 @@ from .collator import TARGET_PLACES_KEY, NumberSpanCollator
 from .metrics import DigitMetrics
 from .settings import DELSettings
 
+# accelerate's mixed precision: the autocast it wraps the model's forward in (float32 weights, bf16/fp16 products)
+MIXED_PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
 __all__ = ["DELTrainerMixin", "TokenCriterionLoss"]
 
 LOG = logging.get_logger(__name__)
@@ -201,7 +204,10 @@ class DELTrainerMixin:
         mask = inputs.get("attention_mask")
         rows = slice(0, 1), slice(0, self.CHECK_TOKENS)
         difference = self.del_capture.check_against_logits(
-            model, input_ids[rows], None if mask is None or mask.dim() != 2 else mask[rows]
+            model,
+            input_ids[rows],
+            None if mask is None or mask.dim() != 2 else mask[rows],
+            autocast_dtype=MIXED_PRECISION_DTYPES.get(str(getattr(self.accelerator, "mixed_precision", "no"))),
         )
         capture = self.del_capture
         if difference is None and capture.architecture is None:

@@ -1,8 +1,9 @@
 """Collation benchmark: Axolotl's host collators alone and wrapped by NumberSpanCollator, on GSM8K.
 
-GSM8K train problems (vendored in ``data/gsm8k/``, read by ``del_plugin.tooling.assets.gsm8k_rows``) are tokenised
-with a real tokenizer (Llama-2's SentencePiece, ``llama-spm``) in the Alpaca format Axolotl's ``type: alpaca`` uses, the
-prompt masked with -100 in the labels. Two collators, as Axolotl configures them:
+GSM8K train problems (vendored in ``del_plugin/evaluation/data/gsm8k/``, read by
+``del_plugin.tooling.assets.gsm8k_rows``) are tokenised with a real tokenizer (Llama-2's SentencePiece,
+``llama-spm``) in the Alpaca format Axolotl's ``type: alpaca`` uses, the prompt masked with -100 in the labels.
+Two collators, as Axolotl configures them:
 
 * padded: ``DataCollatorForSeq2Seq`` (``pad_to_multiple_of=64``), micro-batches of 8 samples;
 * packed: ``V2BatchSamplerDataCollatorForSeq2Seq`` (``pad_to_multiple_of=sequence_len``), micro-batches of 2

@@ -441,7 +441,7 @@ def test_del_eval_end_to_end_report_is_consistent_with_its_generations(digit_mod
     )
     assert code == 0
     report = load_report(out)
-    assert report["schema"] == "del-eval/1" and report["status"] == "complete" and report["error"] is None
+    assert report["schema"] == "del-eval/2" and report["status"] == "complete" and report["error"] is None
     assert report["model"]["prompt_format"] == "alpaca"  # the tiny model's tokenizer has no chat template
     assert report["model"]["dtype"] == "float32" and report["model"]["device"] == "cpu"
     assert set(report["files"]["plots"]) == {"entropy_histogram.png", "place_accuracy.png"}
@@ -535,3 +535,326 @@ def test_a_run_stopped_half_way_keeps_its_results(stop, digit_model, eval_file, 
     assert report["datasets"][0]["generation"]["n"] == 2
     assert report["datasets"][0]["teacher_forced"]["digits"] > 0  # the phase before the stop is kept whole
     assert "Status: partial" in (out / "report.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------- the paper's benchmarks
+
+
+@pytest.fixture(scope="module")
+def benchmark_dir(tmp_path_factory):
+    """SimulEq and SAT as a --benchmark-dir, with the small sets of test_benchmarks (not the authors' files)."""
+    from test_benchmarks import SAT, SIMULEQ
+
+    root = tmp_path_factory.mktemp("paper-benchmarks")
+    for folder, rows in (("simuleq", SIMULEQ), ("sat", SAT)):
+        (root / folder).mkdir()
+        (root / folder / f"{folder}.json").write_text(json.dumps(rows))
+    return root
+
+
+@pytest.fixture(scope="module")
+def benchmark_run(digit_model, benchmark_dir, tmp_path_factory):
+    from del_plugin.evaluation.runner import EvalSettings, evaluate
+
+    out = tmp_path_factory.mktemp("benchmarks") / "all"
+    settings = EvalSettings(limit=2, max_new_tokens=4, batch_size=4)
+    report = evaluate(digit_model, out_dir=out, benchmarks="all", benchmark_dir=benchmark_dir, settings=settings)
+    return out, report
+
+
+def test_all_seven_benchmarks_end_to_end(benchmark_run):
+    from del_plugin.evaluation.benchmarks import BENCHMARK_NAMES, BENCHMARKS
+
+    out, report = benchmark_run
+    assert report["status"] == "complete" and report["schema"] == "del-eval/2"
+    assert [d["benchmark"] for d in report["datasets"]] == list(BENCHMARK_NAMES)
+    assert report["model"]["prompt_format"] == "alpaca"
+    assert report["model"]["prompt_format_source"] == "auto: the tokenizer has no chat template"
+    records = _saved_generations(out)
+    assert len({(r["dataset"], r["id"]) for r in records}) == len(records) == 14  # 2 problems x 7 sets
+    accuracies = {}
+    for entry in report["datasets"]:
+        name = entry["benchmark"]
+        rows = [r for r in records if r["dataset"] == name]
+        assert entry["status"] == "complete" and [r["id"] for r in sorted(rows, key=lambda r: r["id"])] == [0, 1]
+        for r in rows:  # every saved verdict, recomputed from the saved generation
+            verdict = BENCHMARKS[name].score(r["generation"], r["reference"])
+            assert (verdict.prediction, verdict.correct, verdict.defaulted) == (
+                r["prediction"],
+                r["correct"],
+                r["defaulted"],
+            )
+        generation = entry["generation"]
+        accuracies[name] = sum(r["correct"] for r in rows) / 2
+        assert generation["accuracy"] == accuracies[name]
+        assert generation["no_answer"] == sum(r["prediction"] is None for r in rows)
+        assert ("mae" in generation) is (BENCHMARKS[name].scoring == "numeric")
+        assert ("accuracy_without_default" in generation) is (BENCHMARKS[name].scoring == "choice")
+        # teacher forcing where the set has reference solutions (GSM8K answers, MATH solutions, AQuA rationales)
+        assert (entry["teacher_forced"] is not None) is (name in ("gsm8k", "math", "aqua")), name
+        assert entry["source"]["verified"] is (name not in ("simuleq", "sat"))
+    for name in ("simuleq", "sat"):
+        assert any(w.startswith(f"{name}: ") and "is not the authors' file" in w for w in report["warnings"])
+    assert report["macc"]["value"] == pytest.approx(sum(accuracies.values()) / 7)
+    assert (report["macc"]["label"], report["macc"]["complete"]) == ("mACC", True)
+    markdown = (out / "report.md").read_text()
+    assert "| **mACC** |" in markdown and "| SimulEq† |" in markdown and "The first 2 problems of each set." in markdown
+    assert (out / "benchmark_accuracy.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_benchmark_reports_side_by_side(benchmark_run, tmp_path):
+    out, report = benchmark_run
+    table = tmp_path / "compare"
+    assert cli.main(["compare", str(out), str(out), "--labels", "MLE", "DEL", "--out", str(table)]) == 0
+    markdown = (table / "comparison.md").read_text()
+    header = "| model | GSM8K | MATH | SVAMP | SimulEq | AQuA | SAT | MMLU-math | mACC |"
+    assert header in markdown
+    assert f"{100 * report['macc']['value']:.1f}% |" in markdown
+    assert json.loads((table / "comparison.json").read_text())["models"][0]["macc"] == report["macc"]
+    assert (table / "benchmark_accuracy.png").exists()
+
+
+def test_a_stopped_benchmark_run_resumes_from_the_sets_already_scored(digit_model, tmp_path, monkeypatch):
+    from del_plugin.evaluation import generation as generation_module
+    from del_plugin.evaluation import runner
+    from del_plugin.evaluation.runner import EvalSettings, evaluate
+
+    out = tmp_path / "resumed"
+    settings = EvalSettings(limit=2, max_new_tokens=3, batch_size=2, teacher_forced=False)
+    real_task, real_generate = runner._run_task, generation_module.generate_greedy
+
+    def stop_before_aqua(task, *args):
+        if task.name == "aqua":
+            raise RuntimeError("simulated crash")
+        return real_task(task, *args)
+
+    monkeypatch.setattr(runner, "_run_task", stop_before_aqua)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        evaluate(digit_model, out_dir=out, benchmarks="gsm8k,aqua,mmlu_math", settings=settings)
+    first = load_report(out)
+    assert first["status"] == "partial"
+    assert [d["status"] for d in first["datasets"]] == ["complete", "pending", "pending"]
+    assert "mACC (1 of 7 sets)" in (out / "report.md").read_text()
+
+    generated = []
+
+    def counting(lm, prompts, **kwargs):
+        generated.append(len(prompts))
+        yield from real_generate(lm, prompts, **kwargs)
+
+    monkeypatch.setattr(runner, "_run_task", real_task)
+    monkeypatch.setattr(generation_module, "generate_greedy", counting)
+    report = evaluate(digit_model, out_dir=out, benchmarks="gsm8k,aqua,mmlu_math", settings=settings)
+    assert generated == [2, 2]  # aqua and mmlu_math only: gsm8k was kept
+    assert report["status"] == "complete" and report["datasets"][0] == first["datasets"][0]
+    records = _saved_generations(out)
+    assert sorted((r["dataset"], r["id"]) for r in records) == [
+        (name, i) for name in ("aqua", "gsm8k", "mmlu_math") for i in (0, 1)
+    ]
+    assert report["macc"]["sets"] == ["gsm8k", "aqua", "mmlu_math"]
+    assert any(w.startswith("gsm8k: 2 of 2 generations hit") for w in report["warnings"])  # kept with its set
+
+    other = EvalSettings(limit=2, max_new_tokens=5, batch_size=2, teacher_forced=False)
+    with pytest.raises(ValueError, match=r"holds the report of another run \(max_new_tokens: 3 there, 5 now\)"):
+        evaluate(digit_model, out_dir=out, benchmarks="gsm8k", settings=other)
+    generated.clear()
+    again = evaluate(digit_model, out_dir=out, benchmarks="gsm8k", settings=other, overwrite=True)
+    assert generated == [2] and [d["name"] for d in again["datasets"]] == ["gsm8k"]
+    assert len(_saved_generations(out)) == 2
+
+
+def test_program_of_thought_runs_the_programs_and_falls_back_to_chain_of_thought(digit_model, tmp_path, monkeypatch):
+    """The generations are canned (generate_greedy replaced: the digit model writes no programs); the rest is real:
+    prompts, the sandbox, scoring, the fallback and the report."""
+    from del_plugin.evaluation import generation as generation_module
+    from del_plugin.evaluation.runner import EvalSettings, evaluate
+
+    def canned(lm, prompts, **kwargs):
+        texts = []
+        for ids in prompts:
+            prompt = lm.tokenizer.decode(ids, skip_special_tokens=True)
+            if "Let's write a program." not in prompt:
+                texts.append("The answer is 3")  # chain-of-thought
+            elif "Janet" in prompt:  # GSM8K 0 (18): a program that prints the answer
+                texts.append("eggs = 16 - 3 - 4\nprint(eggs * 2)")
+            elif "robe" in prompt:  # GSM8K 1 (3): a program that fails -> asked again as chain-of-thought
+                texts.append("print(1 / 0)")
+            else:  # GSM8K 2 (70000): no program, a plain answer, read as it is
+                texts.append("The answer is 70000")
+        yield list(range(len(prompts))), texts, [5] * len(prompts), [True] * len(prompts)
+
+    monkeypatch.setattr(generation_module, "generate_greedy", canned)
+    out = tmp_path / "pot"
+    settings = EvalSettings(limit=3, teacher_forced=False, program_of_thought=True)
+    report = evaluate(digit_model, out_dir=out, benchmarks="gsm8k,aqua", settings=settings)
+    records = {(r["dataset"], r["id"]): r for r in _saved_generations(out)}
+    janet, robe, house = records["gsm8k", 0], records["gsm8k", 1], records["gsm8k", 2]
+    assert (janet["mode"], janet["prediction"], janet["correct"]) == ("program-of-thought", "18", True)
+    assert janet["program"] == {"status": "ok", "stdout": "18\n", "detail": ""}
+    assert (robe["mode"], robe["prediction"], robe["correct"]) == ("chain-of-thought", "3", True)
+    assert robe["program"]["status"] == "error" and "ZeroDivisionError" in robe["program"]["detail"]
+    assert robe["program"]["output"] == "print(1 / 0)"
+    assert (house["mode"], house["program"], house["correct"]) == ("program-of-thought", None, True)
+    gsm8k, aqua = report["datasets"]
+    assert gsm8k["generation"]["program_of_thought"] == {
+        "asked": 3,
+        "programs": 2,
+        "ran": 1,
+        "answered": 2,
+        "cot_fallback": 1,
+    }
+    assert gsm8k["generation"]["accuracy"] == 1.0
+    # AQuA is not a program-of-thought set in the paper: chain-of-thought only
+    assert aqua["generation"]["program_of_thought"] is None
+    assert {records["aqua", i]["mode"] for i in range(3)} == {"chain-of-thought"}
+    assert "program-of-thought, chain-of-thought fallback" in (out / "report.md").read_text()
+
+
+def test_stop_strings_end_a_generation(digit_model):
+    from del_plugin.evaluation.generation import PromptFormat, generate_greedy, load_model
+
+    lm = load_model(digit_model)
+    prompts = [PromptFormat(lm.tokenizer, "alpaca").prompt_ids("What is 1 + 1?")]
+    ((_, (free,), _, (free_done,)),) = generate_greedy(lm, prompts, batch_size=1, max_new_tokens=8, stop_strings=())
+    assert not free_done and len(free.replace(" ", "")) >= 4  # the digit model never stops on its own
+    stop = free.replace(" ", "")[1:3]  # two digits it writes: a stop string it will meet
+    ((_, (cut,), _, (done,)),) = generate_greedy(lm, prompts, batch_size=1, max_new_tokens=8, stop_strings=(stop,))
+    assert done and stop not in cut and free.startswith(cut)
+
+
+# ---------------------------------------------------------------------------------------------- first hour
+
+
+def test_without_the_eval_extra_del_eval_stops_before_any_work(digit_model, tmp_path, monkeypatch, capsys):
+    import sys
+
+    from del_plugin.evaluation.runner import evaluate
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if matplotlib were not installed
+    out = tmp_path / "out"
+    code = cli.main(["run", "--model", str(digit_model), "--benchmarks", "gsm8k", "--out", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "matplotlib" in err and "pip install 'del-plugin[eval]'" in err
+    assert not out.exists()
+    with pytest.raises(ImportError, match=r"del-plugin\[eval\]"):
+        evaluate(digit_model, out_dir=out, benchmarks="gsm8k")
+    assert not out.exists()
+
+
+def test_a_failing_plot_never_leaves_a_running_report(digit_model, eval_file, tmp_path, monkeypatch):
+    from del_plugin.evaluation import plots
+    from del_plugin.evaluation.runner import EvalSettings, evaluate
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no usable backend")
+
+    monkeypatch.setattr(plots, "plot_place_accuracy", broken)
+    out = tmp_path / "out"
+    report = evaluate(digit_model, [eval_file], out, settings=EvalSettings(max_new_tokens=2, limit=2))
+    on_disk = load_report(out)
+    assert report["status"] == on_disk["status"] == "complete"
+    assert "plots skipped: RuntimeError: no usable backend" in on_disk["warnings"]
+    assert "no usable backend" in (out / "report.md").read_text()
+
+
+AXOLOTL_CARD = """---
+library_name: peft
+---
+
+[<img src="https://raw.githubusercontent.com/axolotl-ai-cloud/axolotl/main/image/axolotl-badge-web.png" />](x)
+<details><summary>See axolotl config</summary>
+
+axolotl version: `0.21.0`
+```yaml
+{first}
+```
+
+</details><br>
+<details><summary>See axolotl config</summary>
+
+axolotl version: `0.21.0`
+```yaml
+{second}
+```
+
+</details><br>
+
+# out
+"""
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "expected"),
+    [
+        # a card written by the second training of one process holds both configs: the one for this folder wins
+        ("output_dir: /elsewhere\ndatasets:\n- path: a.jsonl\n  type: chat_template", "{this}", "alpaca"),
+        ("{this}", "output_dir: /elsewhere\ndatasets:\n- path: a.jsonl\n  type: chat_template", "alpaca"),
+        ("datasets: []", "datasets:\n- path: a.jsonl\n  type: chat_template\nchat_template: chatml", "chat"),
+    ],
+)
+def test_prompt_format_from_an_axolotl_model_card(first, second, expected, tmp_path):
+    """Cards written as Axolotl 0.21 writes them (axolotl/train.py setup_model_card; the real thing is in
+    test_prompt_format_from_a_real_axolotl_output_dir)."""
+    from del_plugin.evaluation.axolotl_config import resolve_prompt_format
+
+    this = f"output_dir: {tmp_path}\ndatasets:\n- path: train.jsonl\n  type: alpaca"
+    (tmp_path / "README.md").write_text(
+        AXOLOTL_CARD.format(first=first.replace("{this}", this), second=second.replace("{this}", this))
+    )
+    with_template = type("Tokenizer", (), {"chat_template": "{{ messages }}"})()
+    kind, source = resolve_prompt_format("auto", with_template, [tmp_path])
+    assert kind == expected and f"{tmp_path}/README.md" in source
+    assert resolve_prompt_format("chat", with_template, [tmp_path]) == ("chat", "--prompt-format chat")
+
+
+def test_an_axolotl_config_that_decides_nothing_falls_back_to_the_tokenizer(tmp_path):
+    from del_plugin.evaluation.axolotl_config import resolve_prompt_format
+
+    mixed = f"output_dir: {tmp_path}\ndatasets:\n- path: a\n  type: alpaca\n- path: b\n  type: chat_template"
+    (tmp_path / "README.md").write_text(AXOLOTL_CARD.format(first=mixed, second=mixed))
+    with_template = type("Tokenizer", (), {"chat_template": "{{ messages }}"})()
+    kind, source = resolve_prompt_format("auto", with_template, [tmp_path, None])
+    assert kind == "chat"
+    assert "decides nothing" in source and "auto: the tokenizer has a chat template" in source
+    assert resolve_prompt_format("auto", object(), [tmp_path / "none"]) == (
+        "alpaca",
+        "auto: the tokenizer has no chat template",
+    )
+
+
+@pytest.mark.e2e
+def test_prompt_format_from_a_real_axolotl_output_dir(tmp_path):
+    """A real Axolotl LoRA run (tiny model, 2 steps, type: alpaca); its tokenizer then gets a chat template, so that
+    only the saved config can make auto pick alpaca."""
+    from del_plugin.evaluation.runner import EvalSettings, evaluate
+    from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
+    from del_plugin.tooling.cpu import alpaca_lora_config, write_alpaca_jsonl
+
+    from axolotl_helpers import run_axolotl  # sets AXOLOTL_DO_NOT_TRACK and the offline switches
+
+    data = write_alpaca_jsonl(tmp_path / "train.jsonl", gsm8k_rows(8))
+    config = alpaca_lora_config(
+        tiny_model_dir("llama-spm"),
+        data,
+        tmp_path,
+        sequence_len=256,
+        micro_batch_size=2,
+        max_steps=2,
+        learning_rate=1e-3,
+    )
+    run_axolotl(config)
+    out = tmp_path / "out"
+    assert "See axolotl config" in (out / "README.md").read_text()
+    tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
+    tokenizer_config["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "The answer is 5"}) + "\n")
+    report = evaluate(out, [eval_file], tmp_path / "eval", settings=EvalSettings(max_new_tokens=2))
+    assert report["model"]["adapter"] == str(out)
+    assert report["model"]["prompt_format"] == "alpaca"
+    assert report["model"]["prompt_format_source"] == (
+        f"the Axolotl config in {out}/README.md (datasets[].type: alpaca)"
+    )

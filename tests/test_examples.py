@@ -27,13 +27,12 @@ from del_plugin.tooling.cpu import CPU_KEYS, write_alpaca_jsonl
 
 from axolotl_helpers import StepLabels, run_axolotl
 from fused_kernels import CALLS, cce_style_forward, restored_forwards
-from trainer_checks import train_logs
+from trainer_checks import LOGGED_KEYS, assert_parts_logged, train_logs
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 GPU_CHECK = REPO / "scripts" / "gpu_check.py"
-DEL_PARTS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
 
 
 @dataclass(frozen=True)
@@ -310,7 +309,7 @@ def test_gpu_check_keeps_to_its_budget_and_reports_failed_runs(monkeypatch, caps
     spec = importlib.util.spec_from_file_location("gpu_check_budget", GPU_CHECK)
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
-    log = {k: 1.0 for k in DEL_PARTS}
+    log = {k: 1.0 for k in LOGGED_KEYS}
     launched = []
 
     def fake_launch(args, workdir, pair, variant):
@@ -401,14 +400,9 @@ def test_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_path, g
     logs = train_logs(trainer)
     assert len(logs) == CPU_OVERRIDES["max_steps"]
     for log in logs:
-        for key in DEL_PARTS:
-            assert math.isfinite(log[key]), (key, log)
-        assert log["digit_targets"] > 0
-        assert 0 <= log["digit_accuracy"] <= 1
-        assert 0 < log["digit_entropy"] <= math.log(10) + 1e-6
-        # the weight the trainer applied is the YAML's del_alpha, and the parts add up to the optimised loss
+        assert_parts_logged(log)  # every part finite and in range; the parts add up to the optimised loss
+        # the weight the trainer applied is the YAML's del_alpha
         assert log["del_loss"] == pytest.approx(shipped["del_alpha"] * log["del_l_num"], rel=1e-3)
-        assert log["ce_loss"] + log["del_loss"] == pytest.approx(log["loss"], rel=1e-5)
 
     model = trainer.model
     if kind == "qlora-24gb":
@@ -443,7 +437,7 @@ def test_gpu_check_runs_its_two_axolotl_processes_in_cpu_smoke_mode():
         assert any(line.startswith(title) and "skipped" in line and "GPU" in line for line in lines), lines
     (metrics_line,) = [line for line in lines if line.startswith("DEL on, last step (plain): ")]
     metrics = dict(item.split("=") for item in metrics_line.removeprefix("DEL on, last step (plain): ").split(", "))
-    assert set(metrics) == set(DEL_PARTS)
+    assert set(metrics) == set(LOGGED_KEYS)
     assert all(math.isfinite(float(value)) for value in metrics.values())
     assert float(metrics["digit_targets"]) > 0
 
@@ -861,13 +855,8 @@ def test_other_example_trains_on_cpu_with_the_family_tokenizer(
     logs = train_logs(trainer)
     assert len(logs) == CPU_OVERRIDES["max_steps"]
     for log in logs:
-        for key in DEL_PARTS:
-            assert math.isfinite(log[key]), (key, log)
-        assert log["digit_targets"] > 0
-        assert 0 <= log["digit_accuracy"] <= 1
-        assert 0 < log["digit_entropy"] <= math.log(10) + 1e-6
+        assert_parts_logged(log)
         assert log["del_loss"] == pytest.approx(shipped["del_alpha"] * log["del_l_num"], rel=1e-3)
-        assert log["ce_loss"] + log["del_loss"] == pytest.approx(log["loss"], rel=1e-5)
     # digit slots: one per digit of every target number token (Llama-3's '123' holds three)
     assert [log["digit_targets"] for log in logs] == recorded.digit_characters(tokenizer)
     assert recorded.longest_number_token(tokenizer) == family.max_digits

@@ -13,13 +13,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from del_plugin.core import DigitLogitsCapture, digit_targets_from_logits, next_token_places, shift_to_next_token
+from del_plugin.core import DigitLogitsCapture, shift_to_next_token
 from del_plugin.core.capture import DigitCaptureError
-from del_plugin.core.criteria import del_token_losses
-from del_plugin.core.places import place_weights
 
+from capture_checks import Step, assert_same_step, ce_plus_del_step
 from fake_vocab import VOCAB, V, encode
 from fused_kernels import CALLS, apply_liger, cce_style_forward, liger_on_cpu, restored_forwards
+from tiny_models import tiny_causal_lm
+from trainer_checks import LOGGED_KEYS
 
 # The architectures Liger patches (``apply_liger_kernel_to_<type>``) among those DEL accepts, tested here with its
 # real kernels. To add one: its model type, if transformers' config class takes the keywords of tiny_lora_model, and
@@ -35,23 +36,8 @@ TEXT = "it costs 12.75 and 3,040 more: 1.5"
 
 def tiny_lora_model(model_type: str, *, head_lora: bool = False, dtype=torch.float32):
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(
-        model_type,
-        vocab_size=V,
-        hidden_size=H,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    torch.manual_seed(11)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=dtype)
+    model = tiny_causal_lm(model_type, V, dtype=dtype, seed=11, hidden_size=H, max_position_embeddings=64)
     targets = ["q_proj", "v_proj", "down_proj"] + (["lm_head"] if head_lora else [])
     model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets))
     for name, p in model.named_parameters():
@@ -67,32 +53,14 @@ def batch() -> dict:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
 
 
-def ce_plus_del(model, *, from_logits: bool, alpha: float = 0.5, train: bool = True):
-    """(loss, logits returned?, LoRA gradients) of the model's own CE + alpha * DEL on one batch."""
-    inputs = batch()
-    targets = shift_to_next_token(inputs["labels"], -100)
-    places = next_token_places(inputs["labels"], VOCAB)
-    model.train(train)
-    model.zero_grad(set_to_none=True)
-    capture = DigitLogitsCapture(model, VOCAB)
-    with capture:
-        out = model(**inputs)
-    digits = digit_targets_from_logits(out.logits, targets, VOCAB) if from_logits else capture.digit_targets(targets)
-    capture.remove()
-    loss = out.loss + alpha * del_token_losses(digits, place_weights(places)).sum() / digits.mask.sum()
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return loss.detach(), out.logits is not None, grads
+def ce_plus_del(model, *, from_logits: bool, train: bool = True) -> Step:
+    return ce_plus_del_step(model, batch(), VOCAB, from_logits=from_logits, train=train)
 
 
-def assert_same(reference, fused):
-    ref_loss, ref_has_logits, ref_grads = reference
-    loss, has_logits, grads = fused
-    assert ref_has_logits and not has_logits  # the fused path really ran without logits
-    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-5)
-    assert grads.keys() == ref_grads.keys() and any("lora_A" in n for n in grads)
-    for name in grads:
-        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+def assert_same(reference: Step, fused: Step):
+    assert reference.returned_logits and not fused.returned_logits  # the fused path really ran without logits
+    assert any("lora_A" in n for n in fused.grads)
+    assert_same_step(reference, fused)
 
 
 def assert_digits_read_in_eval_without_logits(model) -> None:
@@ -111,12 +79,11 @@ def assert_digits_read_in_eval_without_logits(model) -> None:
 def assert_close_bf16(reference, fused, *, has_logits: bool, rel: float = 0.03):
     """bf16: the same loss within bf16 round-off of the logits; each gradient within ``rel`` of its norm (the
     kernels store the logits' gradient in bf16, the plain path rounds it from float32)."""
-    (ref_loss, _, ref_grads), (loss, got_logits, grads) = reference, fused
-    assert got_logits == has_logits
-    assert loss.item() == pytest.approx(ref_loss.item(), rel=2e-3)
-    assert grads.keys() == ref_grads.keys() and any("lora_A" in n for n in grads)
-    for name in grads:
-        ref, got = ref_grads[name].float(), grads[name].float()
+    assert fused.returned_logits == has_logits
+    assert fused.loss.item() == pytest.approx(reference.loss.item(), rel=2e-3)
+    assert fused.grads.keys() == reference.grads.keys() and any("lora_A" in n for n in fused.grads)
+    for name in fused.grads:
+        ref, got = reference.grads[name].float(), fused.grads[name].float()
         assert (got - ref).norm() <= rel * ref.norm() + 1e-6, name
 
 
@@ -156,12 +123,8 @@ def test_liger_cross_entropy(model_type, dtype):
     if bf16:
         assert_close_bf16(reference, fused, has_logits=True)
     else:
-        ref_loss, _, ref_grads = reference
-        loss, has_logits, grads = fused
-        assert has_logits and loss.item() == pytest.approx(ref_loss.item(), rel=1e-5)
-        assert grads.keys() == ref_grads.keys()
-        for name in grads:
-            torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+        assert fused.returned_logits
+        assert_same_step(reference, fused)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2"])
@@ -204,7 +167,6 @@ def axolotl_data(tmp_path_factory):
     return tiny_model_dir("llama-spm"), write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "d.jsonl", gsm8k_rows(16))
 
 
-PARTS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
 LIGER = "axolotl.integrations.liger.LigerPlugin"
 
 
@@ -223,7 +185,7 @@ def assert_logs_match(runs: dict, reference: str = "plain"):
     for name, (train, evals) in runs.items():
         assert len(train) == len(ref_train) == 2 and len(evals) == len(ref_eval) >= 1, name
         for prefix, got, want in [("", train[0], ref_train[0]), ("eval_", evals[-1], ref_eval[-1])]:
-            for key in ("loss",) + PARTS:
+            for key in ("loss",) + LOGGED_KEYS:
                 assert got[prefix + key] == pytest.approx(want[prefix + key], rel=1e-4, abs=1e-6), (name, key)
             assert got[prefix + "ce_loss"] + got[prefix + "del_loss"] == pytest.approx(got[prefix + "loss"], rel=1e-5)
             assert got[prefix + "digit_targets"] > 0 and got[prefix + "del_loss"] > 0

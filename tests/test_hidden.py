@@ -22,6 +22,8 @@ from del_plugin.core.digits import select_digit_family
 from del_plugin.core.hidden import digit_logits_from_hidden
 from del_plugin.core.places import place_weights
 
+import tiny_models
+from capture_checks import Step, assert_same_step, ce_plus_del_step
 from fake_vocab import VOCAB, V, encode
 
 TEXT = "pay 1,234.50 for ⁷8 items, not 42 or .5"
@@ -194,24 +196,9 @@ def test_empty_batches_give_empty_digit_logits():
 
 # ------------------------------------------------------------------------------------ inside a causal LM
 def tiny_causal_lm(model_type: str = "llama", *, tie: bool = False, dtype=torch.float32):
-    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
-
-    config_class = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[model_type]
-    config = config_class(
-        vocab_size=V,
-        hidden_size=H,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=tie,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+    return tiny_models.tiny_causal_lm(
+        model_type, V, dtype=dtype, hidden_size=H, max_position_embeddings=64, tie_word_embeddings=tie
     )
-    torch.manual_seed(5)
-    return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
 
 
 def inputs(rows: int = 2) -> dict:
@@ -257,39 +244,16 @@ def test_capture_only_while_armed():
         capture.digit_logits()  # removed hooks capture nothing
 
 
-def full_gradients(model) -> dict[str, torch.Tensor]:
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
-def train_step(model, path: str, alpha: float = 0.7) -> dict[str, torch.Tensor]:
-    """CE (the model's) + alpha * DEL, DEL from the captured hidden states or from the returned logits."""
-    batch = inputs()
-    targets = shifted(batch["labels"])
-    places = number_places(batch["labels"], VOCAB)
-    places = torch.where(targets == -100, places.new_tensor(-(2**31)), shifted(places))
-    model.zero_grad(set_to_none=True)
-    capture = DigitLogitsCapture(model, VOCAB)
-    with capture:
-        out = model(**batch)
-    digit = (
-        capture.digit_targets(targets) if path == "hidden" else digit_targets_from_logits(out.logits, targets, VOCAB)
-    )
-    (out.loss + alpha * digit_term(digit, places)).backward()
-    capture.remove()
-    return full_gradients(model)
-
-
-def assert_same_gradients(a: dict, b: dict, **tol):
-    assert a.keys() == b.keys() and a
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], msg=name, **(tol or dict(rtol=1e-4, atol=1e-6)))
+def train_step(model, path: str) -> Step:
+    """CE (the model's) + DEL, DEL from the captured hidden states or from the returned logits."""
+    return ce_plus_del_step(model, inputs(), VOCAB, from_logits=path == "logits", alpha=0.7, train=None)
 
 
 @pytest.mark.parametrize("tie", [False, True])
 def test_full_fine_tune_gradients_match_with_a_trainable_or_tied_head(tie):
     model = tiny_causal_lm("qwen2", tie=tie)
     assert (model.lm_head.weight is model.model.embed_tokens.weight) == tie
-    assert_same_gradients(train_step(model, "hidden"), train_step(model, "logits"))
+    assert_same_step(train_step(model, "hidden"), train_step(model, "logits"))
 
 
 @pytest.mark.parametrize("reentrant", [True, False])
@@ -300,7 +264,7 @@ def test_gradient_checkpointing(reentrant):
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
     if reentrant:
         model.enable_input_require_grads()
-    assert_same_gradients(train_step(model, "hidden"), plain)
+    assert_same_step(train_step(model, "hidden"), plain)
 
 
 def lora(model, **config):
@@ -340,8 +304,8 @@ def test_lora_on_the_head_with_dropout_reads_the_adapted_head():
     torch.manual_seed(9)
     hidden_grads = train_step(model, "hidden")
     torch.manual_seed(9)
-    assert_same_gradients(hidden_grads, train_step(model, "logits"))
-    assert any("lm_head.lora_B" in n for n in hidden_grads)
+    assert_same_step(hidden_grads, train_step(model, "logits"))
+    assert any("lm_head.lora_B" in n for n in hidden_grads.grads)
 
 
 def test_lora_on_the_head_refuses_a_forward_that_skips_it():
@@ -356,8 +320,8 @@ def test_lora_on_the_head_refuses_a_forward_that_skips_it():
 def test_modules_to_save_head_gets_the_gradient():
     model = lora(tiny_causal_lm(), target_modules=["q_proj"], modules_to_save=["lm_head"])
     grads = train_step(model, "hidden")
-    assert any("modules_to_save" in n and "lm_head" in n for n in grads)
-    assert_same_gradients(grads, train_step(model, "logits"))
+    assert any("modules_to_save" in n and "lm_head" in n for n in grads.grads)
+    assert_same_step(grads, train_step(model, "logits"))
 
 
 def test_dora_on_the_head_is_refused():

@@ -26,6 +26,10 @@ from del_plugin.core import (
 from del_plugin.core.capture import DigitCaptureError, LogitsMismatch
 from del_plugin.core.places import NOT_A_DIGIT
 
+import tiny_models
+from capture_checks import Step, ce_plus_del_step
+from capture_checks import assert_same_step as assert_same_steps
+
 CHARS = " abcdefghijklmnopqrstuvwxyz,.$%:=" + "0123456789"
 NUMBERS = [str(v).zfill(m) for m in (2, 3) for v in range(10**m)]
 TOKENS = list(CHARS) + NUMBERS
@@ -175,23 +179,7 @@ def test_a_batch_without_numbers_gives_zero_with_a_graph():
 
 # ------------------------------------------------------------------------------------- inside a causal LM
 def tiny_causal_lm(model_type: str = "llama", *, dtype=torch.float32, **overrides):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    shape = dict(
-        vocab_size=V,
-        hidden_size=H,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    config = AutoConfig.for_model(model_type, **{**shape, **overrides})
-    torch.manual_seed(5)
-    return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
+    return tiny_models.tiny_causal_lm(model_type, V, dtype=dtype, hidden_size=H, **overrides)
 
 
 MODELS = {
@@ -205,28 +193,13 @@ MODELS = {
 }
 
 
-def step(model, path: str, alpha: float = 0.7) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """CE + alpha * DEL, DEL from the captured hidden states or from the returned logits; the gradients."""
-    inputs = batch()
-    targets, places = targets_and_places(inputs["labels"])
-    model.zero_grad(set_to_none=True)
-    capture = DigitLogitsCapture(model, VOCAB)
-    with capture:
-        out = model(**inputs)
-    digits = (
-        capture.digit_targets(targets) if path == "hidden" else digit_targets_from_logits(out.logits, targets, VOCAB)
-    )
-    loss = out.loss + digit_criterion_loss("del", digits, places, alpha=alpha)
-    loss.backward()
-    capture.remove()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+def step(model, path: str) -> Step:
+    """CE + DEL, DEL from the captured hidden states or from the returned logits; the gradients."""
+    return ce_plus_del_step(model, batch(), VOCAB, from_logits=path == "logits", alpha=0.7, train=None)
 
 
-def assert_same_step(a, b, rtol=1e-4, atol=1e-6):
-    torch.testing.assert_close(a[0], b[0], rtol=1e-6, atol=1e-6)
-    assert a[1].keys() == b[1].keys() and a[1]
-    for name in a[1]:
-        torch.testing.assert_close(a[1][name], b[1][name], rtol=rtol, atol=atol, msg=name)
+def assert_same_step(a: Step, b: Step) -> None:
+    assert_same_steps(a, b, loss_rtol=1e-6)
 
 
 @pytest.mark.parametrize("model_type", list(MODELS))
@@ -270,13 +243,13 @@ def test_lora_on_the_head_with_dropout():
     hidden = step(model, "hidden")
     torch.manual_seed(9)
     assert_same_step(hidden, step(model, "logits"))
-    assert any("lm_head.lora_B" in n for n in hidden[1])
+    assert any("lm_head.lora_B" in n for n in hidden.grads)
 
 
 def test_modules_to_save_head():
     model = lora(tiny_causal_lm(), target_modules=["q_proj"], modules_to_save=["lm_head"])
     hidden = step(model, "hidden")
-    assert any("modules_to_save" in n and "lm_head" in n for n in hidden[1])
+    assert any("modules_to_save" in n and "lm_head" in n for n in hidden.grads)
     assert_same_step(hidden, step(model, "logits"))
 
 

@@ -11,9 +11,7 @@ from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
 from del_plugin.tooling.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config, load_config, refused, run_axolotl
-from trainer_checks import train_logs
-
-PARTS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy", "digit_targets")
+from trainer_checks import LOGGED_KEYS, train_logs
 
 
 # ---------------------------------------------------------------------------------------------- settings
@@ -116,7 +114,7 @@ def test_fully_masked_batches_log_finite_parts_that_sum_to_the_loss(tmp_path):
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 3
     for log in logs:
-        for key in PARTS:
+        for key in LOGGED_KEYS:
             assert math.isfinite(log[key]), (key, log)
         assert log["ce_loss"] + log["del_loss"] == pytest.approx(log["loss"], rel=1e-5), log
     assert logs[1]["digit_targets"] == 0  # the masked step had no digit target
@@ -146,6 +144,6 @@ def test_resumed_run_logs_what_the_uninterrupted_run_logs(tmp_path):
     after = [log for log in resumed if log["step"] > 3]
     assert [log["step"] for log in after] == [4, 5, 6]
     for got, want in zip(after, [log for log in whole if log["step"] > 3]):
-        for key in ("loss",) + PARTS:
+        for key in ("loss",) + LOGGED_KEYS:
             assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), (key, got, want)
         assert got["ce_loss"] + got["del_loss"] == pytest.approx(got["loss"], rel=1e-5)

@@ -91,7 +91,7 @@ def test_no_tracked_file_reads_outside_the_repository():
     assert not found, "tracked files read outside the repository:\n" + "\n".join(found)
 
 
-# The published checksums of the upstream files (data/gsm8k/README.md): the vendored rows are unchanged.
+# The published checksums of the upstream files (del_plugin/evaluation/data/README.md): the vendored rows are unchanged.
 GSM8K_SHA256 = {
     "train": ("17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465", 7473),
     "test": ("3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14", 1319),

@@ -14,6 +14,8 @@ from transformers import TrainerCallback
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # TRL's telemetry honours it
 
 PARTS = ("ce_loss", "del_loss", "del_l_num", "digit_entropy", "digit_accuracy")
+# every value DEL adds to a training or evaluation log
+LOGGED_KEYS = PARTS + ("digit_targets",)
 
 
 def load_example(name: str):

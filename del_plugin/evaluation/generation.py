@@ -5,7 +5,15 @@ Prompts follow the format the model was fine-tuned with:
 * ``chat``: the tokenizer's chat template with one user turn (the question) and the generation prompt; this is
   what Axolotl's ``type: chat_template`` trains on;
 * ``alpaca``: Axolotl's ``type: alpaca`` prompt without input ("Below is an instruction … ### Response:\\n");
-* ``auto``: ``chat`` when the tokenizer has a chat template, else ``alpaca``.
+* ``auto``: resolved by :func:`~.axolotl_config.resolve_prompt_format` (the Axolotl config saved with the model,
+  else ``chat`` when the tokenizer has a chat template, else ``alpaca``); :class:`PromptFormat` alone, without
+  the model's folder, applies the tokenizer rule.
+
+A ``response_prefix`` (the paper's "Let's solve the multi-choice question step by step." for option questions)
+is written after the prompt, as the start of the response.
+
+Generation stops at EOS, at :data:`STOP_STRINGS` (the start of a new turn a model that runs on would write; the
+paper's harness stops at them too), or at the token limit.
 """
 
 from __future__ import annotations
@@ -20,13 +28,22 @@ import torch
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["ALPACA_PROMPT", "LoadedModel", "PromptFormat", "generate_greedy", "load_model", "resolve_device"]
+__all__ = [
+    "ALPACA_PROMPT",
+    "STOP_STRINGS",
+    "LoadedModel",
+    "PromptFormat",
+    "generate_greedy",
+    "load_model",
+    "resolve_device",
+]
 
 ALPACA_PROMPT = (
     "Below is an instruction that describes a task. Write a response that appropriately completes the request."
     "\n\n### Instruction:\n{question}\n\n### Response:\n"
 )
 PROMPT_FORMATS = ("auto", "chat", "alpaca")
+STOP_STRINGS = ("### Instruction", "### Response", "USER:", "ASSISTANT:", "\n\nProblem:")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -116,24 +133,26 @@ class PromptFormat:
         self.tokenizer = tokenizer
         self.kind = kind
 
-    def text(self, question: str) -> str:
+    def text(self, question: str, response_prefix: str = "") -> str:
         if self.kind == "chat":
-            return self.tokenizer.apply_chat_template(
+            prompt = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
             )
-        return ALPACA_PROMPT.format(question=question)
+        else:
+            prompt = ALPACA_PROMPT.format(question=question)
+        return prompt + response_prefix
 
     def _encode(self, text: str) -> list[int]:
         # a chat template writes its own special tokens; the alpaca text gets the tokenizer's (e.g. BOS)
         return list(self.tokenizer(text, add_special_tokens=self.kind != "chat")["input_ids"])
 
-    def prompt_ids(self, question: str) -> list[int]:
-        return self._encode(self.text(question))
+    def prompt_ids(self, question: str, response_prefix: str = "") -> list[int]:
+        return self._encode(self.text(question, response_prefix))
 
-    def teacher_forcing_ids(self, question: str, solution: str) -> tuple[list[int], int]:
+    def teacher_forcing_ids(self, question: str, solution: str, response_prefix: str = "") -> tuple[list[int], int]:
         """Ids of prompt + solution tokenized together (as Axolotl tokenizes a training row) and the number of
         leading prompt positions that are not targets."""
-        prompt_text = self.text(question)
+        prompt_text = self.text(question, response_prefix)
         return self._encode(prompt_text + solution), len(self._encode(prompt_text))
 
 
@@ -148,21 +167,37 @@ def _eos_ids(lm: LoadedModel) -> list[int]:
     return ids
 
 
+class _StopAtText:
+    """A stopping criterion: a row stops once the text of its last ``lookback`` generated tokens holds one of
+    ``stops``. Decoding a few tokens per row and step costs far less than transformers' ``stop_strings``, which
+    scans the whole vocabulary."""
+
+    def __init__(self, tokenizer, stops: Sequence[str], prompt_width: int, lookback: int = 16):
+        self.tokenizer, self.stops, self.prompt_width, self.lookback = tokenizer, tuple(stops), prompt_width, lookback
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        start = max(self.prompt_width, input_ids.shape[1] - self.lookback)
+        texts = self.tokenizer.batch_decode(input_ids[:, start:].tolist(), skip_special_tokens=True)
+        return torch.tensor([any(s in t for s in self.stops) for t in texts], device=input_ids.device)
+
+
 def generate_greedy(
     lm: LoadedModel,
     prompts: Sequence[list[int]],
     *,
     batch_size: int,
     max_new_tokens: int,
+    stop_strings: Sequence[str] = STOP_STRINGS,
     progress=None,
 ) -> Iterator[tuple[list[int], list[str], list[int], list[bool]]]:
     """Greedy completions of ``prompts`` (token ids), in batches with left padding, longest prompts first.
 
     Yields ``(indices into prompts, decoded completions, completion lengths in tokens, whether each completion
-    ended with EOS)`` per batch, so the caller can save each batch as it comes; a completion without EOS was cut
-    at ``max_new_tokens``. ``progress`` (a tqdm bar) is advanced by the batch size.
+    ended)`` per batch, so the caller can save each batch as it comes. A completion ends at EOS or at a
+    ``stop_strings`` entry (the text is cut before it); one that did neither was cut at ``max_new_tokens``.
+    ``progress`` (a tqdm bar) is advanced by the batch size.
     """
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig, StoppingCriteriaList
 
     if batch_size < 1 or max_new_tokens < 1:
         raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
@@ -189,16 +224,29 @@ def generate_greedy(
             attention[row, width - len(ids) :] = 1
         with torch.inference_mode():
             output = model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention.to(device), generation_config=config
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                generation_config=config,
+                stopping_criteria=StoppingCriteriaList([_StopAtText(tokenizer, stop_strings, width)])
+                if stop_strings
+                else None,
             )
         completions = output[:, width:].cpu()
         lengths, finished = [], []
         for row in completions.tolist():
-            # the completion ends at its first EOS (included in the count); padding after it is not generated
+            # the completion ends at its first EOS (included in the count); padding after it is not generated, nor
+            # is the padding after a stop string
             stop = next((k + 1 for k, t in enumerate(row) if t in eos), None)
-            lengths.append(stop if stop is not None else len(row))
+            end = len(row)
+            while stop is None and end > 0 and row[end - 1] == pad_id:
+                end -= 1
+            lengths.append(stop if stop is not None else end)
             finished.append(stop is not None)
         texts = [tokenizer.decode(row[:n], skip_special_tokens=True) for row, n in zip(completions.tolist(), lengths)]
+        for k, text in enumerate(texts):
+            cut = min((i for i in (text.find(s) for s in stop_strings) if i >= 0), default=None)
+            if cut is not None:
+                texts[k], finished[k] = text[:cut], True
         if progress is not None:
             progress.update(len(indices))
         yield indices, texts, lengths, finished

@@ -31,7 +31,10 @@ from ..core.places import NOT_A_DIGIT
 from .answers import format_decimal, is_correct, to_float
 
 __all__ = [
+    "GenerationMetrics",
+    "NUMERIC_SCORINGS",
     "NumericMetrics",
+    "ProgramCounts",
     "digits_by_place",
     "log_transform",
     "numeric_metrics",
@@ -78,10 +81,12 @@ class NumericMetrics:
     place_total: dict[int, int] = field(default_factory=dict)
     place_correct: dict[int, int] = field(default_factory=dict)
 
-    def add(self, prediction: Decimal | None, reference: Decimal) -> bool:
-        """Count one problem; returns whether it is correct."""
+    def add(self, prediction: Decimal | None, reference: Decimal, correct: bool | None = None) -> bool:
+        """Count one problem; returns whether it is correct: ``correct`` when given (the paper's benchmarks compare
+        exactly), else by :func:`~.answers.is_correct`."""
         self.n += 1
-        correct = is_correct(prediction, reference)
+        if correct is None:
+            correct = is_correct(prediction, reference)
         self.correct += int(correct)
         predicted_digits = {}
         if prediction is not None:
@@ -116,6 +121,154 @@ class NumericMetrics:
                 for p in places
             },
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> NumericMetrics:
+        """The accumulator behind :meth:`as_dict` ``data`` (sums rebuilt from the means), to pool a resumed set."""
+        places = data.get("place_accuracy") or {}
+        return cls(
+            n=data["n"],
+            answered=data["answered"],
+            correct=data["correct"],
+            abs_error_sum=(data.get("mae") or 0.0) * data["answered"],
+            log_abs_error_sum=(data.get("log_mae") or 0.0) * data["answered"],
+            place_total={int(p): v["n"] for p, v in places.items()},
+            place_correct={int(p): v["correct"] for p, v in places.items()},
+        )
+
+    def merge(self, other: NumericMetrics) -> None:
+        self.n += other.n
+        self.answered += other.answered
+        self.correct += other.correct
+        self.abs_error_sum = min(self.abs_error_sum + other.abs_error_sum, _FLOAT_MAX)
+        self.log_abs_error_sum += other.log_abs_error_sum
+        for place, total in other.place_total.items():
+            self.place_total[place] = self.place_total.get(place, 0) + total
+            self.place_correct[place] = self.place_correct.get(place, 0) + other.place_correct[place]
+
+
+NUMERIC_SCORINGS = ("numeric", "numeric-tolerance")
+
+
+@dataclass
+class ProgramCounts:
+    """Program-of-thought on one set: problems ``asked`` for a program, outputs that held a ``program``, programs
+    that ``ran`` (exit 0), problems ``answered`` by the program-of-thought output, problems asked again as
+    chain-of-thought (``cot_fallback``)."""
+
+    asked: int = 0
+    programs: int = 0
+    ran: int = 0
+    answered: int = 0
+    cot_fallback: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
+
+
+@dataclass
+class GenerationMetrics:
+    """What the generations of one set (or several, pooled) scored, whatever the set's ``scoring``:
+
+    * every set: ``n``, ``correct``, ``accuracy``, ``answered``, ``no_answer``, ``answered_rate``,
+      ``mean_new_tokens``, ``cut_at_max_new_tokens``;
+    * numbers (``numeric``, ``numeric-tolerance``): ``mae``, ``log_mae``, ``place_accuracy`` (see the module docs);
+    * options (``choice``): ``defaulted`` (no letter, scored as "A" as the paper's harness does; counted in
+      ``no_answer`` too) and ``accuracy_without_default`` (those counted wrong);
+    * ``program_of_thought``: :class:`ProgramCounts` when the set ran as program-of-thought, else None.
+    """
+
+    scoring: str
+    n: int = 0
+    correct: int = 0
+    answered: int = 0
+    defaulted: int = 0
+    correct_without_default: int = 0
+    new_tokens: int = 0
+    generated: int = 0
+    cut: int = 0
+    programs: ProgramCounts | None = None
+    numeric: NumericMetrics | None = None
+
+    def __post_init__(self) -> None:
+        if self.numeric is None and self.scoring in NUMERIC_SCORINGS:
+            self.numeric = NumericMetrics()
+
+    def add(self, verdict, reference: str, new_tokens: int | None = None, finished: bool = True) -> None:
+        """Count one scored problem: its :class:`~.benchmarks.readers.Verdict`, the reference (canonical text),
+        the length of the generation scored (None: not generated here) and whether it ended (EOS or a stop string)
+        before the token limit."""
+        self.n += 1
+        self.correct += int(verdict.correct)
+        self.answered += int(verdict.answered)
+        self.defaulted += int(verdict.defaulted)
+        self.correct_without_default += int(
+            verdict.correct if verdict.correct_without_default is None else verdict.correct_without_default
+        )
+        if new_tokens is not None:
+            self.new_tokens += new_tokens
+            self.generated += 1
+            self.cut += int(not finished)
+        if self.numeric is not None:
+            self.numeric.add(verdict.value, Decimal(reference), correct=verdict.correct)
+
+    def merge(self, other: GenerationMetrics) -> None:
+        for key in (
+            "n",
+            "correct",
+            "answered",
+            "defaulted",
+            "correct_without_default",
+            "new_tokens",
+            "generated",
+            "cut",
+        ):
+            setattr(self, key, getattr(self, key) + getattr(other, key))
+        if self.numeric is not None and other.numeric is not None:
+            self.numeric.merge(other.numeric)
+
+    def as_dict(self) -> dict:
+        n = self.n
+        out = {
+            "n": n,
+            "correct": self.correct,
+            "accuracy": self.correct / n if n else None,
+            "answered": self.answered,
+            "no_answer": n - self.answered,
+            "answered_rate": self.answered / n if n else None,
+            "mean_new_tokens": self.new_tokens / self.generated if self.generated else None,
+            "cut_at_max_new_tokens": self.cut,
+        }
+        if self.numeric is not None:
+            numeric = self.numeric.as_dict()
+            out |= {key: numeric[key] for key in ("mae", "log_mae", "place_accuracy")}
+        if self.scoring == "choice":
+            out["defaulted"] = self.defaulted
+            out["accuracy_without_default"] = self.correct_without_default / n if n else None
+        out["program_of_thought"] = None if self.programs is None else self.programs.as_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, scoring: str, data: dict) -> GenerationMetrics:
+        """The accumulator behind :meth:`as_dict` ``data``, to pool a resumed set with new ones."""
+        metrics = cls(
+            scoring,
+            n=data["n"],
+            correct=data["correct"],
+            answered=data["answered"],
+            defaulted=data.get("defaulted", 0),
+            correct_without_default=round((data.get("accuracy_without_default") or 0) * data["n"])
+            if scoring == "choice"
+            else data["correct"],
+            new_tokens=round((data.get("mean_new_tokens") or 0) * data["n"]),
+            generated=data["n"] if data.get("mean_new_tokens") is not None else 0,
+            cut=data.get("cut_at_max_new_tokens", 0),
+        )
+        if metrics.numeric is not None:
+            metrics.numeric = NumericMetrics.from_dict(data)
+        if data.get("program_of_thought"):
+            metrics.programs = ProgramCounts(**data["program_of_thought"])
+        return metrics
 
 
 def numeric_metrics(pairs: Iterable[tuple[Decimal | None, Decimal]]) -> dict:

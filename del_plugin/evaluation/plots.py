@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["plot_entropy_histograms", "plot_place_accuracy"]
+__all__ = ["plot_benchmark_accuracy", "plot_entropy_histograms", "plot_place_accuracy"]
 
 _STYLES = ("-", "--", "-.", ":")
 
@@ -89,4 +89,42 @@ def plot_place_accuracy(series: Sequence[tuple[str, dict | None, dict | None]], 
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(title)
+    return save_figure(fig, path)
+
+
+def plot_benchmark_accuracy(
+    series: Sequence[tuple[str, dict[str, float], float | None]], path: Path, title: str
+) -> Path | None:
+    """Grouped bars of accuracy per benchmark, the paper's column order, mACC last; ``series`` is ``(label,
+    {benchmark name: accuracy}, mACC or None)``. Returns None when no series has a benchmark."""
+    from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
+
+    names = [n for n in BENCHMARK_NAMES if any(n in accuracies for _, accuracies, _ in series)]
+    if not names:
+        return None
+    plt = pyplot()
+    columns = [BENCHMARKS[n].title for n in names] + ["mACC"]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(columns) * max(1, len(series)) ** 0.5), 4))
+    width = 0.8 / len(series)
+    for k, (label, accuracies, mean) in enumerate(series):
+        values = [accuracies.get(n) for n in names] + [mean]
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(columns))]
+        heights = [100 * v if v is not None else 0.0 for v in values]
+        bars = ax.bar(xs, heights, width, label=label)
+        for bar, value in zip(bars, values):
+            if value is not None:
+                ax.annotate(
+                    f"{100 * value:.1f}",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
+    ax.set_xticks(range(len(columns)), columns)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    if len(series) > 1:
+        ax.legend()
     return save_figure(fig, path)

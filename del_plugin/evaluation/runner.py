@@ -1,8 +1,11 @@
-"""One evaluation: read the sets, load the model, teacher-forced digit metrics, greedy generation, report files.
+"""One evaluation, phase by phase: plan the sets (read and checked before a model loads), open the report (resuming
+the sets a stopped run already scored), load the model, then per set the teacher-forced digit metrics and the
+generations, scored as they come.
 
-Results are saved as they come: every generation is appended to ``generations.jsonl`` at once, and the report is
-written even when the run stops half-way (an error, Ctrl-C), with ``"status": "partial"`` and the numbers of the
-finished problems.
+Results are saved as they come: every generation is appended to ``generations.jsonl`` at once, ``report.json``
+is rewritten after every batch, and the report is finished even when the run stops half-way (an error, Ctrl-C,
+SIGTERM), with ``"status": "partial"`` and the numbers of the finished problems. Run the same command again with
+the same ``--out`` and it starts from the sets not yet complete.
 """
 
 from __future__ import annotations
@@ -12,35 +15,35 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
-from .. import __version__
-from ..core import DigitVocab
-from ..core.vocab import DigitVocabError
-from .answers import extract_answer, format_decimal, to_float
-from .data import EvalSet, check_files_exist, read_eval_set
-from .metrics import NumericMetrics
-from .report import SCHEMA, write_json_atomic, write_report_files
-from .teacher_forced import TeacherForcedStats, teacher_forced_batches
+from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, run_programs
+from .benchmarks.readers import Verdict
+from .benchmarks.sets import Problem
+from .metrics import GenerationMetrics, ProgramCounts
+from .report import GENERATIONS_FILE, RunReport, require_eval_extra
+from .tasks import EvalTask, generation_record, plan_tasks
+from .teacher_forced import TeacherForcedStats
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["EvalSettings", "evaluate", "GENERATIONS_FILE"]
-
-GENERATIONS_FILE = "generations.jsonl"
+__all__ = ["EvalSettings", "GENERATIONS_FILE", "evaluate", "read_generations"]
 
 
 @dataclass(frozen=True)
 class EvalSettings:
+    """How to evaluate. ``limit``: the first N problems of each set. ``program_of_thought``: run GSM8K, MATH,
+    SVAMP and SimulEq as the paper does, asking for a program and executing it (:mod:`.benchmarks.program`),
+    chain-of-thought for the problems it leaves unanswered; off by default, since it executes model-written code."""
+
     batch_size: int = 16
     max_new_tokens: int = 256
     prompt_format: str = "auto"
     limit: int | None = None
     generate: bool = True
     teacher_forced: bool = True
+    program_of_thought: bool = False
+    program_timeout_s: float = PROGRAM_TIMEOUT_S
     dtype: str = "auto"
     device: str = "auto"
 
@@ -51,206 +54,250 @@ class EvalSettings:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
+        if self.program_timeout_s <= 0:
+            raise ValueError(f"program_timeout_s must be > 0, got {self.program_timeout_s}")
         if not (self.generate or self.teacher_forced):
             raise ValueError("nothing to do: both generation and the teacher-forced metrics are off")
 
-
-def _dataset_entry(eval_set: EvalSet) -> dict:
-    return {
-        "name": eval_set.name,
-        "path": eval_set.path,
-        "lines_read": eval_set.lines_read,
-        "evaluated": len(eval_set.examples),
-        "skipped": len(eval_set.issues),
-        "issues": [issue.as_dict() for issue in eval_set.issues],
-        "formats": sorted({e.format for e in eval_set.examples}),
-        "generation": None,
-        "teacher_forced": None,
-    }
-
-
-def _unique_names(paths: Sequence[str | Path]) -> list[str]:
-    names = [Path(p).stem for p in paths]
-    if len(set(names)) == len(names):
-        return names
-    return [f"{Path(p).parent.name}/{Path(p).stem}" if names.count(n) > 1 else n for p, n in zip(paths, names)]
+    def resume_key(self) -> dict:
+        """The settings a resumed run must share with the run it continues (those that change its results)."""
+        keys = ("max_new_tokens", "prompt_format", "limit", "generate", "teacher_forced", "program_of_thought")
+        return {k: getattr(self, k) for k in keys} | {"dtype": self.dtype}
 
 
 def evaluate(
     model: str | Path,
-    data: Sequence[str | Path],
-    out_dir: str | Path,
+    data: Sequence[str | Path] = (),
+    out_dir: str | Path | None = None,
     *,
+    benchmarks: str | Sequence[str] = (),
+    benchmark_dir: str | Path | None = None,
     adapter: str | Path | None = None,
     name: str | None = None,
     settings: EvalSettings = EvalSettings(),
+    overwrite: bool = False,
 ) -> dict:
-    """Evaluate ``model`` (+ ``adapter``) on the JSONL ``data`` sets; write ``out_dir``/report.json, report.md,
-    generations.jsonl and plots; return the report."""
-    started = time.perf_counter()
-    check_files_exist(list(data))
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sets = [read_eval_set(p, settings.limit, n) for p, n in zip(data, _unique_names(data))]
-    for eval_set in sets:
-        for issue in eval_set.issues:
-            LOG.warning("skipped %s", issue)
-        LOG.info("%s: %d problems (%d lines skipped)", eval_set.path, len(eval_set.examples), len(eval_set.issues))
+    """Evaluate ``model`` (+ ``adapter``) on the JSONL ``data`` files and the paper's ``benchmarks`` (names, or
+    ``"all"``; SimulEq and SAT read from ``benchmark_dir``); write ``out_dir``/report.json, report.md,
+    generations.jsonl and plots; return the report (schema in docs/evaluation.md).
+
+    A missing set, an unknown name or a missing extra (``pip install del-plugin[eval]``) is an error before the
+    model loads. ``out_dir`` holding the report of the same run resumes it (the complete sets are kept);
+    holding another run's report it is an error unless ``overwrite``."""
+    if out_dir is None:
+        raise ValueError("evaluate needs out_dir, the folder the report is written to")
+    require_eval_extra()
+    tasks = plan_tasks(data, benchmarks, benchmark_dir, settings.limit)
+    warnings = _log_plan(tasks)
     name = name or (Path(adapter).name if adapter else Path(model).name)
-    report = {
-        "schema": SCHEMA,
-        "name": name,
-        "status": "running",
-        "error": None,
-        "warnings": [],
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "del_plugin_version": __version__,
-        "model": {
-            "path": str(model),
-            "base": None,
-            "adapter": None,
-            "prompt_format": settings.prompt_format,
-            "dtype": settings.dtype,
-            "device": settings.device,
-        },
-        "settings": asdict(settings),
-        "files": {"generations": GENERATIONS_FILE if settings.generate else None, "markdown": None, "plots": []},
-        "datasets": [_dataset_entry(s) for s in sets],
-        "overall": {"generation": None, "teacher_forced": None},
-        "timing": {},
-    }
-    numeric = {s.name: NumericMetrics() for s in sets}
-    overall_numeric = NumericMetrics()
-    teacher = {s.name: TeacherForcedStats() for s in sets}
-    per_example_tf: dict[tuple[str, int], tuple[int, int, float]] = {}
-    lengths: list[int] = []
-    unfinished = 0
-    phase_done = {"teacher_forced": False}
-
-    def fill_metrics() -> None:
-        for entry in report["datasets"]:
-            if settings.generate and numeric[entry["name"]].n:
-                entry["generation"] = numeric[entry["name"]].as_dict()
-            if settings.teacher_forced and (phase_done["teacher_forced"] or teacher[entry["name"]].digits):
-                entry["teacher_forced"] = teacher[entry["name"]].as_dict()
-        if settings.generate and overall_numeric.n:
-            report["overall"]["generation"] = overall_numeric.as_dict() | {
-                "mean_new_tokens": sum(lengths) / len(lengths),
-                "cut_at_max_new_tokens": unfinished,
-            }
-        if any(e["teacher_forced"] for e in report["datasets"]):
-            merged = TeacherForcedStats()
-            for stats in teacher.values():
-                merged.merge(stats)
-            report["overall"]["teacher_forced"] = merged.as_dict()
-
-    def save_progress() -> None:
-        # report.json after every batch: even a hard kill (the OOM killer's SIGKILL) leaves the numbers so far,
-        # with "status": "running"; markdown and plots are written once, at the end
-        fill_metrics()
-        report["timing"]["total_s"] = round(time.perf_counter() - started, 2)
-        write_json_atomic(out_dir / "report.json", report)
-
-    generations_path = out_dir / GENERATIONS_FILE
+    report = RunReport.open(
+        Path(out_dir),
+        command="run",
+        name=name,
+        model={"path": str(model), "adapter": None if adapter is None else str(adapter)},
+        settings=asdict(settings),
+        resume_key={"model": str(model), "adapter": None if adapter is None else str(adapter)} | settings.resume_key(),
+        tasks=tasks,
+        overwrite=overwrite,
+    )
+    for warning in warnings:
+        report.warn(warning)
     try:
-        if not any(s.examples for s in sets):
-            raise ValueError("no usable problem in " + ", ".join(s.path for s in sets) + " (see the skipped lines)")
-        from .generation import PromptFormat, load_model
-
-        load_start = time.perf_counter()
-        lm = load_model(model, adapter, dtype=settings.dtype, device=settings.device)
-        prompt_format = PromptFormat(lm.tokenizer, settings.prompt_format)
-        report["model"].update(
-            base=lm.base, adapter=lm.adapter, prompt_format=prompt_format.kind, dtype=lm.dtype, device=lm.device
-        )
-        report["timing"]["load_s"] = round(time.perf_counter() - load_start, 2)
-        pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.tokenizer.eos_token_id
-
-        if settings.teacher_forced:
-            tf_start = time.perf_counter()
-            try:
-                vocab = DigitVocab.from_tokenizer(lm.tokenizer)
-            except DigitVocabError as err:
-                vocab = None
-                message = f"teacher-forced digit metrics skipped: {err}"
-                LOG.warning(message)
-                report["warnings"].append(message)
-            if vocab is not None:
-                for eval_set in sets:
-                    sequences = [prompt_format.teacher_forcing_ids(e.question, e.solution) for e in eval_set.examples]
-                    with tqdm(total=len(sequences), desc=f"teacher-forced {eval_set.name}", unit="problem") as bar:
-                        for indices, per_sequence, stats in teacher_forced_batches(
-                            lm.model, sequences, vocab, batch_size=settings.batch_size, pad_id=pad_id, progress=bar
-                        ):
-                            teacher[eval_set.name].merge(stats)
-                            for i, values in zip(indices, per_sequence):
-                                per_example_tf[(eval_set.name, eval_set.examples[i].line)] = values
-                            save_progress()
-                phase_done["teacher_forced"] = True
-            report["timing"]["teacher_forced_s"] = round(time.perf_counter() - tf_start, 2)
-
-        if settings.generate:
-            from .generation import generate_greedy
-
-            gen_start = time.perf_counter()
-            with open(generations_path, "w", encoding="utf-8") as out:
-                for eval_set in sets:
-                    prompts = [prompt_format.prompt_ids(e.question) for e in eval_set.examples]
-                    with tqdm(total=len(prompts), desc=f"generating {eval_set.name}", unit="problem") as bar:
-                        for indices, texts, new_tokens, finished in generate_greedy(
-                            lm,
-                            prompts,
-                            batch_size=settings.batch_size,
-                            max_new_tokens=settings.max_new_tokens,
-                            progress=bar,
-                        ):
-                            for i, text, n_tokens, done in zip(indices, texts, new_tokens, finished):
-                                example = eval_set.examples[i]
-                                found = extract_answer(text)
-                                prediction = found.value if found else None
-                                correct = numeric[eval_set.name].add(prediction, example.reference)
-                                overall_numeric.add(prediction, example.reference)
-                                lengths.append(n_tokens)
-                                unfinished += int(not done)
-                                tf = per_example_tf.get((eval_set.name, example.line))
-                                record = {
-                                    "dataset": eval_set.name,
-                                    "line": example.line,
-                                    "question": example.question,
-                                    "reference": format_decimal(example.reference),
-                                    "generation": text,
-                                    "prediction": None if found is None else format_decimal(found.value),
-                                    "prediction_source": None if found is None else found.source,
-                                    "correct": correct,
-                                    "abs_error": None
-                                    if found is None
-                                    else to_float(abs(found.value - example.reference)),
-                                    "new_tokens": n_tokens,
-                                    "ended_with_eos": done,
-                                    "tf_digits": None if tf is None else tf[0],
-                                    "tf_digits_correct": None if tf is None else tf[1],
-                                    "tf_entropy_sum": None if tf is None else tf[2],
-                                }
-                                out.write(json.dumps(record) + "\n")
-                            out.flush()
-                            save_progress()
-            report["timing"]["generation_s"] = round(time.perf_counter() - gen_start, 2)
-            if unfinished:
-                message = (
-                    f"{unfinished} of {len(lengths)} generations hit --max-new-tokens "
-                    f"{settings.max_new_tokens} before EOS; their answers may be cut off"
-                )
-                LOG.warning(message)
-                report["warnings"].append(message)
-        report["status"] = "complete"
+        todo = [t for t in tasks if not report.is_complete(t.name)]
+        for task in tasks:
+            if report.is_complete(task.name):
+                LOG.info("%s: already scored in %s, kept", task.name, report.json_path)
+        if todo:
+            lm, prompt_format = _load(model, adapter, settings, report)
+            for task in todo:
+                _run_task(task, lm, prompt_format, settings, report)
+        report.mark_complete()
     except BaseException as err:  # noqa: BLE001 - also Ctrl-C: save what is done, then stop as asked
-        report["status"] = "partial"
-        report["error"] = f"{type(err).__name__}: {err}"
-        LOG.error("evaluation stopped (%s); writing the partial report", report["error"])
+        report.mark_stopped(err)
         raise
     finally:
-        fill_metrics()
-        report["timing"]["total_s"] = round(time.perf_counter() - started, 2)
-        write_report_files(report, out_dir)
-        LOG.info("report: %s", out_dir / "report.json")
-    return report
+        report.finish()
+    return report.data
+
+
+def _log_plan(tasks: Sequence[EvalTask]) -> list[str]:
+    """Log what each set holds; returns the warnings the report must carry (a user's file that is not the
+    authors')."""
+    warnings = []
+    for task in tasks:
+        for issue in task.issues:
+            LOG.warning("skipped %s", issue)
+        what = f"{len(task.problems)} problems"
+        if task.benchmark is not None:
+            what += f" of {task.lines_read}"
+            if task.source_warning():
+                warnings.append(task.source_warning())
+        else:
+            what += f" ({len(task.issues)} lines skipped)"
+        LOG.info("%s: %s, from %s", task.name, what, task.source["path"])
+    return warnings
+
+
+def _load(model, adapter, settings: EvalSettings, report: RunReport):
+    """The model, and its prompt format with where that came from (``--prompt-format``, the Axolotl config saved
+    with the model, or the tokenizer)."""
+    from .axolotl_config import resolve_prompt_format
+    from .generation import PromptFormat, load_model
+
+    started = time.perf_counter()
+    lm = load_model(model, adapter, dtype=settings.dtype, device=settings.device)
+    folders = [lm.adapter, str(model) if Path(model).is_dir() else None]
+    kind, source = resolve_prompt_format(settings.prompt_format, lm.tokenizer, folders)
+    LOG.info("prompt format %s (%s)", kind, source)
+    report.set_model(
+        base=lm.base,
+        adapter=lm.adapter,
+        prompt_format=kind,
+        prompt_format_source=source,
+        dtype=lm.dtype,
+        device=lm.device,
+    )
+    report.add_time("load_s", time.perf_counter() - started)
+    return lm, PromptFormat(lm.tokenizer, kind)
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _run_task(task: EvalTask, lm, prompt_format, settings: EvalSettings, report: RunReport) -> None:
+    report.start_task(task)
+    tf_values: dict[int, tuple[int, int, float]] = {}
+    if settings.teacher_forced and task.has_solutions:
+        tf_values = _teacher_force(task, lm, prompt_format, settings, report)
+    if settings.generate:
+        _generate(task, lm, prompt_format, settings, report, tf_values)
+    report.complete_task(task.name)
+
+
+def _teacher_force(task: EvalTask, lm, prompt_format, settings, report: RunReport) -> dict:
+    """Teacher-forced digit metrics on the set's reference solutions; per problem id ``(digits, correct, entropy
+    sum)``. A tokenizer DEL cannot read digits from skips them (with a warning)."""
+    from tqdm.auto import tqdm
+
+    from ..core import DigitVocab
+    from ..core.vocab import DigitVocabError
+    from .teacher_forced import teacher_forced_batches
+
+    try:
+        vocab = DigitVocab.from_tokenizer(lm.tokenizer)
+    except DigitVocabError as err:
+        report.warn(f"teacher-forced digit metrics skipped: {err}")
+        return {}
+    started = time.perf_counter()
+    problems = [p for p in task.problems if p.solution]
+    sequences = [prompt_format.teacher_forcing_ids(p.question, p.solution, task.response_prefix) for p in problems]
+    stats = TeacherForcedStats()
+    values: dict[int, tuple[int, int, float]] = {}
+    with tqdm(total=len(sequences), desc=f"{task.name}: teacher-forced", unit="problem") as bar:
+        for indices, per_sequence, batch_stats in teacher_forced_batches(
+            lm.model, sequences, vocab, batch_size=settings.batch_size, pad_id=_pad_id(lm.tokenizer), progress=bar
+        ):
+            stats.merge(batch_stats)
+            for i, value in zip(indices, per_sequence):
+                values[problems[i].id] = value
+            report.set_teacher_forced(task.name, stats)
+    report.add_time("teacher_forced_s", time.perf_counter() - started)
+    return values
+
+
+def _generate_batches(lm, prompts: list[list[int]], settings: EvalSettings, desc: str):
+    """:func:`~.generation.generate_greedy` under a progress bar."""
+    from tqdm.auto import tqdm
+
+    from .generation import generate_greedy
+
+    with tqdm(total=len(prompts), desc=desc, unit="problem") as bar:
+        yield from generate_greedy(
+            lm, prompts, batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens, progress=bar
+        )
+
+
+def _generate(task: EvalTask, lm, prompt_format, settings: EvalSettings, report: RunReport, tf_values) -> None:
+    """Greedy generations of the set, scored and saved batch by batch. Program-of-thought first where asked and
+    the paper runs it; chain-of-thought for the rest and for the problems the programs left unanswered."""
+    started = time.perf_counter()
+    metrics = GenerationMetrics(task.scoring)
+    pot = settings.program_of_thought and task.runs_program_of_thought
+    if pot:
+        metrics.programs = ProgramCounts()
+
+    def save(problem: Problem, verdict: Verdict, text: str, n_tokens: int, finished: bool, mode: str, program):
+        metrics.add(verdict, problem.reference, n_tokens, finished)
+        record = generation_record(
+            task,
+            problem,
+            verdict,
+            text,
+            mode=mode,
+            new_tokens=n_tokens,
+            finished=finished,
+            program=program,
+            teacher_forced=tf_values.get(problem.id),
+        )
+        report.write_generation(record)
+
+    # (problem, the program-of-thought attempt it falls back from) for every problem chain-of-thought answers
+    pending: list[tuple[Problem, dict | None]] = [(p, None) for p in task.problems]
+    if pot:
+        pending = []
+        prompts = [prompt_format.prompt_ids(task.program_question(p)) for p in task.problems]
+        for indices, texts, lengths, finished in _generate_batches(
+            lm, prompts, settings, f"{task.name}: program-of-thought"
+        ):
+            problems = [task.problems[i] for i in indices]
+            outcomes = _run_programs(task, problems, texts, settings)
+            for problem, text, n_tokens, done, (verdict, program) in zip(problems, texts, lengths, finished, outcomes):
+                metrics.programs.asked += 1
+                metrics.programs.programs += int(program is not None)
+                metrics.programs.ran += int(program is not None and program["status"] == "ok")
+                if verdict.answered:
+                    metrics.programs.answered += 1
+                    save(problem, verdict, text, n_tokens, done, "program-of-thought", program)
+                else:
+                    metrics.programs.cot_fallback += 1
+                    pending.append((problem, {"output": text} | (program or {})))
+            report.set_generation(task.name, metrics)
+    if pending:
+        prompts = [prompt_format.prompt_ids(p.question, task.response_prefix) for p, _ in pending]
+        desc = f"{task.name}: chain-of-thought" + (" fallback" if pot else "")
+        for indices, texts, lengths, finished in _generate_batches(lm, prompts, settings, desc):
+            for i, text, n_tokens, done in zip(indices, texts, lengths, finished):
+                problem, attempt = pending[i]
+                save(problem, task.score(text, problem), text, n_tokens, done, "chain-of-thought", attempt)
+            report.set_generation(task.name, metrics)
+    report.set_generation(task.name, metrics)
+    report.add_time("generation_s", time.perf_counter() - started)
+    if metrics.cut:
+        report.warn(
+            f"{task.name}: {metrics.cut} of {metrics.n} generations hit --max-new-tokens {settings.max_new_tokens} "
+            "before ending; their answers may be cut off"
+        )
+
+
+def _run_programs(task: EvalTask, problems, texts, settings: EvalSettings) -> list[tuple[Verdict, dict | None]]:
+    """Score program-of-thought outputs: a program's printed output read as "The answer is <stdout>"; an output
+    without a program read as it is (as the paper's harness does)."""
+    programs = [extract_program(text) for text in texts]
+    runs = iter(run_programs([p for p in programs if p is not None], timeout_s=settings.program_timeout_s))
+    outcomes = []
+    for problem, text, program in zip(problems, texts, programs):
+        if program is None:
+            outcomes.append((task.score(text, problem), None))
+            continue
+        run = next(runs)
+        verdict = task.score("The answer is " + run.stdout, problem) if run.ok else Verdict(None, False)
+        outcomes.append((verdict, {"status": run.status, "stdout": run.stdout[:2000], "detail": run.detail}))
+    return outcomes
+
+
+def read_generations(out_dir: str | Path) -> list[dict]:
+    """The records of ``out_dir``/generations.jsonl."""
+    path = Path(out_dir) / GENERATIONS_FILE
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]

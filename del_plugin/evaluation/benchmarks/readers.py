@@ -1,0 +1,171 @@
+"""Reading and scoring a model's answer on the paper's benchmarks, by the rules of the paper's harness.
+
+Every reader starts the same way: the answer is what follows the **last** "The answer is" (any case, an optional
+colon; GSM8K also "####"). When there is no such marker the whole output is searched instead, from its end.
+
+* **Numbers** (GSM8K, SVAMP, SimulEq; :func:`score_number`): thousands commas go; the answer is the first number
+  after the marker, or the last number of the output without one; a marker with no number after it is no answer.
+  Numbers are written in one canonical form, compared **as strings, exactly**: trailing zeros go (``18.0`` is
+  ``18``), ``3/4`` is ``0.75``, ``-0`` is ``0``. No tolerance: ``17.99`` is not ``18``.
+* **LaTeX** (MATH; :func:`score_math`): the last ``\\boxed{...}`` after the marker; without one, after a marker the
+  text after its last ``=`` (``12 cm`` keeps ``12``), and without a marker the last number of the output; then the
+  normaliser of :mod:`.latex` and an exact, case-insensitive comparison.
+* **Option letters** (AQuA, SAT, MMLU-math; :func:`score_choice`): the first option letter after the marker, or the
+  last one in the output without one. An option letter stands alone: a capital of the set's options (``B``,
+  ``(B)``, ``B)``), a small one in parentheses (``(b)``), or a small one as the first word after the marker
+  ("The answer is: d"). With no letter the paper's harness answers ``A``: the
+  verdict is then ``defaulted`` and counts as correct when the reference is ``A``; ``correct_without_default`` is
+  the verdict without that default.
+
+A :class:`Verdict` holds the answer read (``None``: no answer), whether it is correct, and for numbers its value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from ..answers import find_numbers
+from .latex import last_boxed, normalize_math_answer, same_math_answer
+
+__all__ = [
+    "ANSWER_MARKER",
+    "DEFAULT_CHOICE",
+    "GSM8K_MARKERS",
+    "Verdict",
+    "after_last_marker",
+    "canonical_number",
+    "read_choice",
+    "read_math_answer",
+    "read_number",
+    "reference_number",
+    "score_choice",
+    "score_math",
+    "score_number",
+]
+
+ANSWER_MARKER = r"the answer is:?"
+GSM8K_MARKERS = (ANSWER_MARKER, "####")
+DEFAULT_CHOICE = "A"
+
+_LAST_EQUALS_NUMBER_WITH_UNIT = re.compile(r"[\d.]+\s\D+")
+_PLAIN_NUMBER = re.compile(r"-?\d*\.?\d+")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One output scored. ``prediction``: the answer read, in canonical form (``"0.75"``, ``"\\frac{1}{2}"``,
+    ``"B"``), None for no answer. ``value``: the number of a numeric answer (for the MAE). ``defaulted``: a choice
+    output without a letter, scored as ``"A"``."""
+
+    prediction: str | None
+    correct: bool
+    value: Decimal | None = None
+    defaulted: bool = False
+    correct_without_default: bool | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.prediction is not None
+
+
+def after_last_marker(output: str, markers: tuple[str, ...] = (ANSWER_MARKER,)) -> tuple[str, bool]:
+    """``(the text after the last marker, True)``, or ``(output, False)`` when no marker occurs. ``markers`` are
+    regular expressions, matched case-insensitively."""
+    last = None
+    for match in re.finditer("|".join(f"(?:{m})" for m in markers), output, re.IGNORECASE):
+        last = match
+    if last is None:
+        return output, False
+    return output[last.end() :], True
+
+
+def canonical_number(value: Decimal) -> str:
+    """The form numbers are compared in: plain notation, no trailing zeros, ``-0`` as ``0`` (``12.50`` -> ``12.5``,
+    ``1E+3`` -> ``1000``). Exact: no rounding (a quotient that does not terminate keeps 28 significant digits)."""
+    text = format(value.normalize(), "f")
+    return "0" if text in ("0", "-0") else text
+
+
+def read_number(output: str, markers: tuple[str, ...] = (ANSWER_MARKER,)) -> Decimal | None:
+    """The numeric answer of ``output`` (see the module docs), or None."""
+    tail, marked = after_last_marker(output, markers)
+    numbers = find_numbers(tail)
+    if not numbers:
+        return None
+    return numbers[0][0] if marked else numbers[-1][0]
+
+
+def score_number(output: str, reference: str, markers: tuple[str, ...] = (ANSWER_MARKER,)) -> Verdict:
+    """GSM8K, SVAMP and SimulEq: ``reference`` in :func:`canonical_number` form."""
+    value = read_number(output, markers)
+    if value is None:
+        return Verdict(None, False)
+    prediction = canonical_number(value)
+    return Verdict(prediction, prediction == reference, value)
+
+
+def read_math_answer(output: str) -> str | None:
+    """The normalised MATH answer of ``output`` (see the module docs), or None."""
+    tail, marked = after_last_marker(output)
+    tail = tail.strip().rstrip(".").rstrip("/").strip()
+    boxed = last_boxed(tail)
+    if boxed is not None:
+        answer = boxed
+    elif marked:
+        answer = tail.split("=")[-1].strip()
+        if _LAST_EQUALS_NUMBER_WITH_UNIT.fullmatch(answer):
+            answer = answer.split(" ")[0]
+    else:
+        numbers = _PLAIN_NUMBER.findall(tail)
+        answer = numbers[-1] if numbers else ""
+    answer = normalize_math_answer(answer)
+    return answer or None
+
+
+def score_math(output: str, reference: str) -> Verdict:
+    """MATH: ``reference`` normalised by :func:`~.latex.normalize_math_answer`."""
+    prediction = read_math_answer(output)
+    if prediction is None:
+        return Verdict(None, False)
+    return Verdict(prediction, same_math_answer(prediction, reference))
+
+
+def _choice_pattern(letters: str) -> re.Pattern:
+    capitals = re.escape(letters)
+    small = re.escape(letters.lower())
+    return re.compile(rf"(?<![A-Za-z0-9])(?:([{capitals}])|\(([{small}])\))(?![A-Za-z0-9])")
+
+
+def read_choice(output: str, letters: str) -> str | None:
+    """The option letter of ``output`` among ``letters`` (e.g. ``"ABCDE"``; see the module docs), or None."""
+    tail, marked = after_last_marker(output, (ANSWER_MARKER, "####"))
+    if marked:
+        first_word = re.match(rf"[\s:]*\(?([{re.escape(letters)}])\)?(?![A-Za-z0-9])", tail, re.IGNORECASE)
+        if first_word is not None:
+            return first_word[1].upper()
+    found = [(m[1] or m[2]).upper() for m in _choice_pattern(letters).finditer(tail)]
+    if not found:
+        return None
+    return found[0] if marked else found[-1]
+
+
+def score_choice(output: str, reference: str, letters: str) -> Verdict:
+    """AQuA, SAT and MMLU-math: ``reference`` is a letter of ``letters``."""
+    prediction = read_choice(output, letters)
+    if prediction is None:
+        return Verdict(None, reference == DEFAULT_CHOICE, defaulted=True, correct_without_default=False)
+    correct = prediction == reference
+    return Verdict(prediction, correct, correct_without_default=correct)
+
+
+def reference_number(text: str) -> str:
+    """A reference written as one number (``"51.0"``, ``"1,080"``, ``"583.3333"``), in canonical form."""
+    try:
+        value = Decimal(text.replace(",", "").strip())
+    except InvalidOperation:
+        raise ValueError(f"not a number: {text!r}") from None
+    if not value.is_finite():
+        raise ValueError(f"not a finite number: {text!r}")
+    return canonical_number(value)

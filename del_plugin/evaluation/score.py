@@ -1,0 +1,129 @@
+"""``del-eval score``: score generations made anywhere (vLLM, another harness) against one of the paper's
+benchmarks, without a model. The predictions are JSONL, one ``{"id": 0-based index of the problem in the set's
+file, "output": the model's text}`` a line; the problems scored are those whose ids are present. The report is the
+one ``del-eval run`` writes (``report.json``, ``report.md``, ``generations.jsonl``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, run_programs
+from .benchmarks.readers import Verdict
+from .metrics import GenerationMetrics, ProgramCounts
+from .report import RunReport, require_eval_extra
+from .tasks import benchmark_task, generation_record
+
+__all__ = ["read_predictions", "score_predictions"]
+
+_MAX_ERRORS_SHOWN = 10
+
+
+def read_predictions(predictions: str | Path | Iterable[dict], n_problems: int) -> dict[int, str]:
+    """``{id: output}`` from a JSONL file (or dicts). Every bad line is an error (ValueError listing them with
+    their line numbers): not JSON, no ``id`` or ``output``, an id that is not an integer in ``[0, n_problems)``, an
+    id given twice."""
+    where = str(predictions) if isinstance(predictions, (str, Path)) else "predictions"
+    if isinstance(predictions, (str, Path)):
+        path = Path(predictions)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such predictions file")
+        with open(path, encoding="utf-8") as handle:
+            rows = [(number, line) for number, line in enumerate(handle, 1) if line.strip()]
+    else:
+        rows = [(number, row) for number, row in enumerate(predictions, 1)]
+    outputs: dict[int, str] = {}
+    errors: list[str] = []
+    for number, row in rows:
+        if isinstance(row, str):
+            try:
+                row = json.loads(row)
+            except json.JSONDecodeError as err:
+                errors.append(f"{where}:{number}: not valid JSON ({err.msg})")
+                continue
+        if not isinstance(row, dict) or "id" not in row or "output" not in row:
+            errors.append(f"{where}:{number}: expected an object with `id` and `output`")
+            continue
+        problem_id, output = row["id"], row["output"]
+        if isinstance(problem_id, bool) or not isinstance(problem_id, int) or not 0 <= problem_id < n_problems:
+            errors.append(f"{where}:{number}: `id` {problem_id!r} is not a problem index 0..{n_problems - 1}")
+        elif not isinstance(output, str):
+            errors.append(f"{where}:{number}: `output` is {type(output).__name__}, not a string")
+        elif problem_id in outputs:
+            errors.append(f"{where}:{number}: `id` {problem_id} given twice")
+        else:
+            outputs[problem_id] = output
+    if errors:
+        shown = errors[:_MAX_ERRORS_SHOWN] + ([f"… {len(errors) - _MAX_ERRORS_SHOWN} more"] if errors[10:] else [])
+        raise ValueError(f"{len(errors)} bad prediction line(s):\n" + "\n".join(shown))
+    if not outputs:
+        raise ValueError(f"{where}: no predictions")
+    return outputs
+
+
+def score_predictions(
+    benchmark: str,
+    predictions: str | Path | Iterable[dict],
+    out_dir: str | Path,
+    *,
+    benchmark_dir: str | Path | None = None,
+    name: str | None = None,
+    program_of_thought: bool = False,
+    program_timeout_s: float = PROGRAM_TIMEOUT_S,
+) -> dict:
+    """Score ``predictions`` (see the module docs) on ``benchmark``; write ``out_dir``/report.json, report.md
+    and generations.jsonl (replacing a report there); return the report. With ``program_of_thought``, an output
+    that holds a program is run (:mod:`.benchmarks.program`) and its printed output read as the answer; there is
+    no chain-of-thought to fall back to here."""
+    require_eval_extra()
+    task = benchmark_task(benchmark, benchmark_dir, None)
+    outputs = read_predictions(predictions, len(task.problems))
+    task.problems = [p for p in task.problems if p.id in outputs]
+    source = str(predictions) if isinstance(predictions, (str, Path)) else None
+    digest = hashlib.sha256(json.dumps(outputs, sort_keys=True).encode()).hexdigest()
+    settings = {"limit": None, "program_of_thought": program_of_thought, "program_timeout_s": program_timeout_s}
+    report = RunReport.open(
+        Path(out_dir),
+        command="score",
+        name=name or (Path(source).stem if source else benchmark),
+        model={"predictions": source},
+        settings=settings,
+        resume_key={"predictions": source, "predictions_sha256": digest},
+        tasks=[task],
+        overwrite=True,
+    )
+    if task.source_warning():
+        report.warn(task.source_warning())
+    try:
+        metrics = GenerationMetrics(task.scoring)
+        report.start_task(task)
+        texts = [outputs[p.id] for p in task.problems]
+        programs = [extract_program(t) if program_of_thought else None for t in texts]
+        runs = iter(run_programs([p for p in programs if p is not None], timeout_s=program_timeout_s))
+        if program_of_thought:
+            metrics.programs = ProgramCounts(asked=len(texts), programs=sum(p is not None for p in programs))
+        for problem, text, program in zip(task.problems, texts, programs):
+            attempt = None
+            if program is None:
+                verdict = task.score(text, problem)
+            else:
+                run = next(runs)
+                attempt = {"status": run.status, "stdout": run.stdout[:2000], "detail": run.detail}
+                verdict = task.score("The answer is " + run.stdout, problem) if run.ok else Verdict(None, False)
+                metrics.programs.ran += int(run.ok)
+            if metrics.programs is not None:
+                metrics.programs.answered += int(verdict.answered)
+            metrics.add(verdict, problem.reference)
+            mode = "as given" if attempt is None else "program-of-thought"
+            report.write_generation(generation_record(task, problem, verdict, text, mode=mode, program=attempt))
+        report.set_generation(task.name, metrics)
+        report.complete_task(task.name)
+        report.mark_complete()
+    except BaseException as err:  # noqa: BLE001 - save what is done, then stop as asked
+        report.mark_stopped(err)
+        raise
+    finally:
+        report.finish()
+    return report.data

@@ -1,0 +1,294 @@
+"""Markdown tables of reports: one run (``report.md``) and several side by side (``comparison.md``).
+
+The paper's benchmarks get their own table, in the paper's column order with mACC last; ``--data`` files keep
+the detailed table (accuracy, MAE, teacher-forced digit metrics) and the per-place tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
+
+__all__ = ["OVERALL", "comparison_markdown", "report_markdown"]
+
+OVERALL = "all sets"
+_MAX_ISSUES_IN_MARKDOWN = 20
+
+
+def fmt(value, kind: str = "float") -> str:
+    if value is None:
+        return "–"
+    if kind == "pct":
+        return f"{100 * value:.1f}%"
+    if kind == "int":
+        return str(value)
+    if abs(value) >= 1e6:
+        return f"{value:.3g}"
+    return f"{value:.3f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _title(entry: dict) -> str:
+    benchmark = entry.get("benchmark")
+    title = BENCHMARKS[benchmark].title if benchmark in BENCHMARKS else entry["name"]
+    source = entry.get("source") or {}
+    return title + ("†" if source.get("verified") is False else "")
+
+
+# ---------------------------------------------------------------------------------------------- --data files
+
+_COLUMNS = ("problems", "accuracy", "answered", "MAE", "log-MAE", "TF digit accuracy", "TF digit entropy (nats)")
+# (column, metric path, higher is better) for bolding the best model in a comparison
+_RANKED = (
+    ("accuracy", ("generation", "accuracy"), True),
+    ("MAE", ("generation", "mae"), False),
+    ("log-MAE", ("generation", "log_mae"), False),
+    ("TF digit accuracy", ("teacher_forced", "digit_accuracy"), True),
+)
+
+
+def _summary_cells(entry: dict) -> dict[str, str]:
+    gen = entry.get("generation") or {}
+    tf = entry.get("teacher_forced") or {}
+    return {
+        "problems": fmt(gen.get("n", entry.get("evaluated")), "int"),
+        "accuracy": fmt(gen.get("accuracy"), "pct"),
+        "answered": fmt(gen.get("answered_rate"), "pct"),
+        "MAE": fmt(gen.get("mae")),
+        "log-MAE": fmt(gen.get("log_mae")),
+        "TF digit accuracy": fmt(tf.get("digit_accuracy"), "pct"),
+        "TF digit entropy (nats)": fmt(tf.get("mean_entropy")),
+    }
+
+
+def _place_rows(entries: Sequence[tuple[str, dict]], section: str, key: str) -> tuple[list[str], list[list[str]]]:
+    places = sorted({int(p) for _, e in entries for p in ((e.get(section) or {}).get(key) or {})}, reverse=True)
+    rows = []
+    for label, e in entries:
+        data = (e.get(section) or {}).get(key) or {}
+        if not data:
+            continue
+        rows.append([label] + [fmt(data[str(p)]["accuracy"], "pct") if str(p) in data else "–" for p in places])
+    return [f"10^{p}" for p in places], rows
+
+
+def _place_sections(entries, first_column: str, heading: str) -> list[str]:
+    """The per-place digit-accuracy tables (generated answers, teacher-forced), those that have rows."""
+    lines: list[str] = []
+    for title, section, key in (
+        ("Per-place digit accuracy, generated final answers", "generation", "place_accuracy"),
+        ("Per-place teacher-forced digit accuracy", "teacher_forced", "places"),
+    ):
+        header, rows = _place_rows(entries, section, key)
+        if rows:
+            lines += ["", f"{heading} {title}", ""] + _table([first_column] + header, rows)
+    return lines
+
+
+def _bold_best(entries: list[tuple[str, dict]], rows: list[list[str]]) -> None:
+    if len(entries) < 2:
+        return
+    for column, (section, metric), higher in _RANKED:
+        values = [((e.get(section) or {}).get(metric)) for _, e in entries]
+        known = [v for v in values if v is not None]
+        if len(known) < 2 or len(set(known)) == 1:
+            continue  # nothing to single out when the models tie
+        best = max(known) if higher else min(known)
+        col = 1 + _COLUMNS.index(column)
+        for row, v in zip(rows, values):
+            if v is not None and v == best:
+                row[col] = f"**{row[col]}**"
+
+
+# ---------------------------------------------------------------------------------------------- benchmarks
+
+_BENCHMARK_COLUMNS = ("problems", "accuracy", "no answer", "MAE", "log-MAE", "accuracy without the default")
+
+
+def _benchmark_cells(entry: dict) -> list[str]:
+    gen = entry.get("generation") or {}
+    return [
+        fmt(gen.get("n", 0), "int"),
+        fmt(gen.get("accuracy"), "pct"),
+        fmt(gen.get("no_answer"), "int"),
+        fmt(gen.get("mae")),
+        fmt(gen.get("log_mae")),
+        fmt(gen.get("accuracy_without_default"), "pct"),
+    ]
+
+
+def _program_lines(entries: Sequence[dict]) -> list[str]:
+    rows = []
+    for e in entries:
+        pot = (e.get("generation") or {}).get("program_of_thought")
+        if pot:
+            rows.append([_title(e)] + [str(pot[k]) for k in ("asked", "programs", "ran", "answered", "cot_fallback")])
+    if not rows:
+        return []
+    header = ["set", "asked", "wrote a program", "program ran", "answered", "chain-of-thought fallback"]
+    return ["", "Program-of-thought:", ""] + _table(header, rows)
+
+
+def benchmark_notes(entries: Sequence[dict]) -> list[str]:
+    notes = []
+    if any(e.get("benchmark") and BENCHMARKS[e["benchmark"]].scoring == "choice" for e in entries):
+        notes.append(
+            'Option sets (AQuA, SAT, MMLU-math): an output without an option letter is scored as "A", as the '
+            "paper's harness does (accuracy; counted in no answer); the last column counts it wrong."
+        )
+    unverified = [e for e in entries if (e.get("source") or {}).get("verified") is False]
+    if unverified:
+        notes.append(
+            "† not the authors' file (its sha256 differs): "
+            + ", ".join(f"`{e['source']['path']}`" for e in unverified)
+            + "; not comparable with the paper's numbers."
+        )
+    return notes
+
+
+def _benchmark_section(report: dict) -> list[str]:
+    entries = [e for e in report["datasets"] if e.get("benchmark")]
+    if not entries:
+        return []
+    entries.sort(key=lambda e: BENCHMARK_NAMES.index(e["benchmark"]))
+    rows = [[_title(e)] + _benchmark_cells(e) for e in entries]
+    macc = report.get("macc")
+    if macc and macc.get("value") is not None:
+        rows.append([f"**{macc['label']}**", "", f"**{fmt(macc['value'], 'pct')}**", "", "", "", ""])
+    limit = (report.get("settings") or {}).get("limit")
+    lines = ["", "## The paper's benchmarks", ""]
+    if limit:
+        lines += [f"The first {limit} problems of each set.", ""]
+    lines += _table(["set", *_BENCHMARK_COLUMNS], rows)
+    notes = benchmark_notes(entries)
+    if notes:
+        lines += [""] + notes
+    return lines + _program_lines(entries)
+
+
+# ---------------------------------------------------------------------------------------------- one report
+
+
+def _model_line(report: dict) -> str:
+    model = report.get("model") or {}
+    settings = report.get("settings") or {}
+    if report.get("command") == "score":
+        return f"Scored from `{model.get('predictions')}` (generations made elsewhere)."
+    what = (model.get("base") or model.get("path") or "?") + (
+        f" + adapter {model['adapter']}" if model.get("adapter") else ""
+    )
+    source = f" ({model['prompt_format_source']})" if model.get("prompt_format_source") else ""
+    pot = "; program-of-thought, chain-of-thought fallback" if settings.get("program_of_thought") else ""
+    return (
+        f"Model: `{what}`; prompt format {model.get('prompt_format')}{source}, {model.get('dtype')} on "
+        f"{model.get('device')}; greedy, at most {settings.get('max_new_tokens')} new tokens{pot}."
+    )
+
+
+def report_markdown(report: dict) -> str:
+    lines = [f"# del-eval: {report.get('name')}", "", _model_line(report)]
+    if report.get("status") != "complete":
+        lines += [
+            "",
+            f"**Status: {report.get('status')}** ({report.get('error')}); the numbers cover the problems "
+            "finished before the stop.",
+        ]
+    lines += _benchmark_section(report)
+    data_entries = [(d["name"], d) for d in report["datasets"] if not d.get("benchmark")]
+    if data_entries:
+        with_benchmarks = len(data_entries) < len(report["datasets"])
+        if len(data_entries) > 1 and not with_benchmarks:
+            data_entries.append((OVERALL, report["overall"]))
+        lines += ["", "## Data files", ""] if with_benchmarks else [""]
+        lines += _table(["set", *_COLUMNS], [[n] + [_summary_cells(e)[c] for c in _COLUMNS] for n, e in data_entries])
+        lines += ["", "TF = teacher-forced on the reference solutions (digit targets only)."]
+        lines += _place_sections(data_entries, "set", "##")
+    warnings = report.get("warnings") or []
+    if warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
+    issues = [i for d in report["datasets"] for i in d.get("issues", [])]
+    if issues:
+        lines += ["", f"## Skipped lines ({len(issues)})", ""]
+        lines += [f"- `{i['file']}:{i['line']}`: {i['reason']}" for i in issues[:_MAX_ISSUES_IN_MARKDOWN]]
+        if len(issues) > _MAX_ISSUES_IN_MARKDOWN:
+            lines.append(f"- … {len(issues) - _MAX_ISSUES_IN_MARKDOWN} more in report.json")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- side by side
+
+
+def dataset_entries(reports: Sequence[dict], labels: Sequence[str], benchmarks: bool) -> dict[str, list]:
+    """``{set name: [(label, entry), ...]}`` over ``reports``: the benchmarks, or the other sets (with the pooled
+    ``all sets`` when there are several)."""
+    by_set: dict[str, list[tuple[str, dict]]] = {}
+    for label, report in zip(labels, reports):
+        for d in report["datasets"]:
+            if bool(d.get("benchmark")) == benchmarks:
+                by_set.setdefault(d["name"], []).append((label, d))
+    if not benchmarks and len(by_set) > 1:
+        by_set[OVERALL] = [(label, r["overall"]) for label, r in zip(labels, reports)]
+    return by_set
+
+
+def benchmark_accuracies(report: dict) -> dict[str, float]:
+    """``{benchmark name: accuracy}`` of a report's benchmarks that have one."""
+    return {
+        d["benchmark"]: d["generation"]["accuracy"]
+        for d in report["datasets"]
+        if d.get("benchmark") and (d.get("generation") or {}).get("accuracy") is not None
+    }
+
+
+def _paper_table(reports: Sequence[dict], labels: Sequence[str]) -> list[str]:
+    """Models x benchmarks accuracy, the paper's column order, mACC last, best per column in bold."""
+    present = [n for n in BENCHMARK_NAMES if any(n in benchmark_accuracies(r) for r in reports)]
+    if not present:
+        return []
+    columns = [BENCHMARKS[n].title for n in present]
+    maccs = [r.get("macc") or {} for r in reports]
+    macc_labels = {m.get("label") for m in maccs if m.get("label")}
+    macc_title = macc_labels.pop() if len(macc_labels) == 1 else "mACC"
+    values = [[benchmark_accuracies(r).get(n) for n in present] + [m.get("value")] for r, m in zip(reports, maccs)]
+    rows = [[label] + [fmt(v, "pct") for v in row] for label, row in zip(labels, values)]
+    if len(reports) > 1:
+        for col in range(len(present) + 1):
+            known = [row[col] for row in values if row[col] is not None]
+            if len(known) >= 2 and len(set(known)) > 1:
+                for row, cells in zip(values, rows):
+                    if row[col] == max(known):
+                        cells[col + 1] = f"**{cells[col + 1]}**"
+    lines = ["", "## The paper's benchmarks: accuracy", ""] + _table(["model", *columns, macc_title], rows)
+    differing = {r.get("settings", {}).get("limit") for r in reports}
+    if len(differing) > 1:
+        lines += ["", "**The reports used different --limit values: their numbers cover different problems.**"]
+    return lines
+
+
+def comparison_markdown(reports: Sequence[dict], labels: Sequence[str]) -> str:
+    lines = ["# del-eval: side by side", ""]
+    for label, report in zip(labels, reports):
+        status = "" if report.get("status") == "complete" else f" **({report.get('status')})**"
+        lines.append(f"- **{label}**{status}: {_model_line(report)}")
+    lines += _paper_table(reports, labels)
+    for entries in dataset_entries(reports, labels, benchmarks=True).values():
+        rows = [[label] + _benchmark_cells(e) for label, e in entries]
+        lines += ["", f"### {_title(entries[0][1])}", ""] + _table(["model", *_BENCHMARK_COLUMNS], rows)
+    data = dataset_entries(reports, labels, benchmarks=False)
+    for set_name, entries in data.items():
+        rows = [[label] + [_summary_cells(e)[c] for c in _COLUMNS] for label, e in entries]
+        _bold_best(entries, rows)
+        lines += ["", f"## {set_name}", ""] + _table(["model", *_COLUMNS], rows)
+        lines += _place_sections(entries, "model", "###")
+    if data:
+        lines += [
+            "",
+            "Best value per column in bold (accuracy, MAE, log-MAE, TF digit accuracy). TF = teacher-forced "
+            "on the reference solutions. Entropy is not ranked: lower means more confident, not more correct.",
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,56 @@
+"""The check the capture tests share: one training step of the model's own cross-entropy plus ``alpha`` x DEL (mean
+over the digit targets), with DEL's digit logits read either from the hidden states (:class:`DigitLogitsCapture`,
+what training uses) or from the logits the forward returned (the reference), and the gradients it leaves."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pytest
+import torch
+
+from del_plugin.core import (
+    DigitLogitsCapture,
+    digit_criterion_loss,
+    digit_targets_from_logits,
+    next_token_places,
+    shift_to_next_token,
+)
+
+
+class Step(NamedTuple):
+    loss: torch.Tensor
+    returned_logits: bool  # whether the forward returned logits (fused kernels return none)
+    grads: dict[str, torch.Tensor]
+
+
+def ce_plus_del_step(
+    model, batch: dict, vocab, *, from_logits: bool, alpha: float = 0.5, train: bool | None = True, **forward_kwargs
+) -> Step:
+    """CE (the model's own ``out.loss``) + ``alpha`` x DEL on ``batch``; ``train=None`` keeps the model's mode."""
+    targets = shift_to_next_token(batch["labels"], -100)
+    places = next_token_places(batch["labels"], vocab)
+    if train is not None:
+        model.train(train)
+    model.zero_grad(set_to_none=True)
+    capture = DigitLogitsCapture(model, vocab)
+    try:
+        with capture:
+            out = model(**batch, **forward_kwargs)
+        digits = (
+            digit_targets_from_logits(out.logits, targets, vocab) if from_logits else capture.digit_targets(targets)
+        )
+    finally:
+        capture.remove()
+    loss = out.loss + digit_criterion_loss("del", digits, places, alpha=alpha)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return Step(loss.detach(), out.logits is not None, grads)
+
+
+def assert_same_step(reference: Step, ours: Step, *, rtol: float = 1e-4, atol: float = 1e-6, loss_rtol: float = 1e-5):
+    """The same loss and the same gradient for every parameter (and at least one)."""
+    assert ours.loss.item() == pytest.approx(reference.loss.item(), rel=loss_rtol)
+    assert ours.grads.keys() == reference.grads.keys() and ours.grads
+    for name in ours.grads:
+        torch.testing.assert_close(ours.grads[name], reference.grads[name], rtol=rtol, atol=atol, msg=name)

@@ -32,6 +32,7 @@ __all__ = [
     "holm",
     "mean_ci",
     "paired_comparisons",
+    "plot_paired",
     "plot_sweep",
     "paired_table",
     "per_setting_table",
@@ -117,7 +118,7 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def _log_error(row: dict) -> float | None:
-    if row.get("prediction") is None:
+    if row.get("prediction") is None or row.get("abs_error") is None:  # no number, or a LaTeX / option answer
         return None
     s = lambda x: math.copysign(math.log1p(abs(x)), x)  # noqa: E731 - metrics.log_transform, without torch
     return abs(s(float(row["prediction"])) - s(float(row["reference"])))
@@ -442,3 +443,41 @@ def load_runs(paths: Sequence[Path]) -> list[dict]:
         if record.get("state") == "done":
             runs.append(record)
     return runs
+
+
+def plot_paired(
+    runs: Sequence[dict], reference: str, metrics: Sequence[Metric], path: Path, title: str = ""
+) -> Path | None:
+    """One panel per metric: for each setting, its difference to ``reference`` on every shared seed (dots) and
+    their mean with its 95 % interval (a bar); zero marked. None when no setting shares a seed with the reference."""
+    comparisons = paired_comparisons(runs, reference, metrics)
+    if not comparisons:
+        return None
+    from ..evaluation.plots import pyplot, save_figure
+
+    plt = pyplot()
+    settings = list(comparisons)
+    columns = min(len(metrics), 5)
+    rows = math.ceil(len(metrics) / columns)
+    height = 0.5 + 0.45 * len(settings) + 1.6 * rows
+    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, height), squeeze=False)
+    for k, m in enumerate(metrics):
+        ax = axes[k // columns][k % columns]
+        scale = 100 if m.percent else 1
+        for y, setting in enumerate(settings):
+            r = comparisons[setting]["metrics"][m.key]
+            ax.plot([scale * d for d in r["per_seed"]], [y] * len(r["per_seed"]), ".", color="C0", alpha=0.5)
+            d = r["diff"]
+            if d["mean"] is not None:
+                xerr = _yerr(d, scale)  # the same bar, horizontal
+                ax.errorbar([scale * d["mean"]], [y], xerr=xerr, fmt="o", color="black", capsize=3, markersize=4)
+        ax.axvline(0, color="grey", linewidth=1)
+        ax.set_yticks(range(len(settings)))
+        ax.set_yticklabels(settings if k % columns == 0 else [""] * len(settings), fontsize=8)
+        ax.set_ylim(-0.7, len(settings) - 0.3)
+        ax.set_title(m.title.replace(" (%)", " (points)") if m.percent else m.title, fontsize=9)
+        ax.grid(alpha=0.3)
+    for k in range(len(metrics), rows * columns):
+        axes[k // columns][k % columns].axis("off")
+    fig.suptitle(title or f"minus {reference}, same seed: each seed (dots), mean and 95 % interval", fontsize=10)
+    return save_figure(fig, path, dpi=90)

@@ -227,7 +227,7 @@ def _report(accuracies: dict[str, float], tf_accuracy: float) -> dict:
 
 def test_the_report_pairs_each_setting_with_mle_on_the_same_seed(tmp_path):
     from del_plugin.demo.efficacy import run_metrics
-    from del_plugin.demo.paper import eval_spec_for, plan_runs
+    from del_plugin.demo.paper import eval_spec_for, new_record, plan_runs
     from del_plugin.demo.paper_report import metrics_for, write_report
 
     sets = ["gsm8k", "aqua"]
@@ -253,12 +253,8 @@ def test_the_report_pairs_each_setting_with_mle_on_the_same_seed(tmp_path):
         (run_dir / "trained" / "config.json").write_text("{}")
         write_record(
             run_dir,
-            {
-                "regime": run["regime"],
-                "setting": "base" if run["setting"] is None else run["setting"].key,
-                "seed": run["seed"],
-                "spec": run["spec"],
-                "eval_spec": run["eval_spec"],
+            new_record(run)
+            | {
                 "evaluated_with": run["eval_spec"],
                 "state": "done",
                 "artefact": "trained/config.json",

@@ -27,7 +27,6 @@ import shutil
 import sys
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 
 from .paper_plan import PROFILES, REGIMES, Profile, planned_runs
@@ -38,6 +37,7 @@ from .sweep import (
     hms,
     parse_setting,
     read_record,
+    record_done,
     run_jobs,
     run_state,
     sha256_of,
@@ -51,6 +51,7 @@ __all__ = [
     "eval_spec_for",
     "main",
     "mathinstruct_answer",
+    "new_record",
     "plan_runs",
     "smoke_profile",
     "training_rows",
@@ -346,18 +347,7 @@ def work(run_dir: Path, phase: str, model_dir: Path) -> int:
         return 0
     scored = _evaluate(run_dir, record, out, model_dir)
     timing["eval_s"] = scored["eval_s"]
-    write_record(
-        run_dir,
-        read_record(run_dir)
-        | {
-            "state": "done",
-            "timing": timing,
-            "metrics": scored["metrics"],
-            "evaluated_with": record["eval_spec"],
-            "generations": "eval/generations.jsonl",
-            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        },
-    )
+    record_done(run_dir, timing, scored["metrics"], evaluated_with=record["eval_spec"])
     return 0
 
 
@@ -424,6 +414,18 @@ def _regime_keys(regime: str, device: str) -> dict:
     return {"adapter": r.adapter, "learning_rate": r.learning_rate} | (
         {"lora_r": r.lora_r, "lora_alpha": r.lora_alpha} if r.adapter else {}
     )
+
+
+def new_record(run: dict) -> dict:
+    """The ``run.json`` of a planned run (:func:`plan_runs`) before it is trained."""
+    return {
+        "regime": run["regime"],
+        "setting": "base" if run["setting"] is None else run["setting"].key,
+        "seed": run["seed"],
+        "spec": run["spec"],
+        "eval_spec": run["eval_spec"],
+        "state": "new",
+    }
 
 
 def _label(run: dict) -> str:
@@ -526,17 +528,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             run_dir = _run_dir(out, run["regime"], run["setting"], run["seed"])
             if state == "new":
-                write_record(
-                    run_dir,
-                    {
-                        "regime": run["regime"],
-                        "setting": "base" if run["setting"] is None else run["setting"].key,
-                        "seed": run["seed"],
-                        "spec": run["spec"],
-                        "eval_spec": run["eval_spec"],
-                        "state": "new",
-                    },
-                )
+                write_record(run_dir, new_record(run))
             else:  # a trained run: its evaluation spec may be new
                 write_record(run_dir, read_record(run_dir) | {"eval_spec": run["eval_spec"]})
             trains = state == "new" and run["setting"] is not None

@@ -37,6 +37,7 @@ __all__ = [
     "plan",
     "hms",
     "read_record",
+    "record_done",
     "run_jobs",
     "run_state",
     "sha256_of",
@@ -134,6 +135,22 @@ def write_record(run_dir: Path, record: dict) -> None:
     tmp = run_dir / (RUN_FILE + ".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, run_dir / RUN_FILE)
+
+
+def record_done(run_dir: Path, timing: dict, metrics: dict, **extra) -> None:
+    """Marks the run in ``run_dir`` evaluated: its timing, its metrics, where its generations are, when."""
+    write_record(
+        run_dir,
+        read_record(run_dir)
+        | {
+            "state": "done",
+            "timing": timing,
+            "metrics": metrics,
+            "generations": "eval/generations.jsonl",
+            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        | extra,
+    )
 
 
 def read_record(run_dir: Path) -> dict:
@@ -350,17 +367,7 @@ def _work(run_dir: Path) -> int:
     if report["status"] != "complete":
         raise RuntimeError(f"del-eval did not finish: {report['error']}")
     timing["eval_s"] = round(time.perf_counter() - started, 1)
-    write_record(
-        run_dir,
-        read_record(run_dir)
-        | {
-            "state": "done",
-            "timing": timing,
-            "metrics": run_metrics(report),
-            "generations": "eval/generations.jsonl",
-            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        },
-    )
+    record_done(run_dir, timing, run_metrics(report))
     return 0
 
 

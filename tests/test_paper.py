@@ -319,3 +319,16 @@ def test_the_gpu_profile_smoke_path_end_to_end_and_resumed(tmp_path):
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "5 runs planned (gpu-smoke profile), 0 to do" in again.stdout
     assert {p: p.stat().st_mtime for p in out.glob("runs/**/run.json")} == before
+
+
+def test_the_estimate_command_and_every_setting(capsys):
+    from del_plugin.demo.paper import main
+    from del_plugin.demo.paper_plan import ALL_PAPER_SETTINGS
+
+    assert main(["--profile", "gpu", "--estimate"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == ["  " + line for line in estimate(PROFILES["gpu"], GPU_RATES, SMOLLM2_TOKENS_PER_ROW)["lines"]]
+    # every setting in the paper's regime, on the seeds asked for: 6 settings x 2 seeds full fine-tunes
+    assert main(["--profile", "gpu", "--all-settings", "--seeds", "1", "2", "--estimate"]) == 0
+    assert "x 12 runs" in capsys.readouterr().out.splitlines()[2]
+    assert len(ALL_PAPER_SETTINGS) == 6 and ALL_PAPER_SETTINGS[:2] == ("del:0", f"del:{PAPER_DEL_WEIGHT:g}")

@@ -468,6 +468,13 @@ def build_parser() -> argparse.ArgumentParser:
         "docs/evaluation.md); without it the five shipped sets are scored",
     )
     parser.add_argument("--phase", choices=("train", "eval", "all"), default="all")
+    parser.add_argument(
+        "--all-settings",
+        action="store_true",
+        help="in the paper's regime, every setting: MLE, the paper's DEL (1.28), del:0.03, del_centered:0.1, "
+        "ntl_was:0.3, dist2:1.28 (the profile's time grows threefold)",
+    )
+    parser.add_argument("--seeds", nargs="+", type=int, help="the seeds of every regime (default: the profile's)")
     parser.add_argument("--data-seed", type=int, default=42, help="the shuffle that draws the training problems")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of each run (default 2)")
     parser.add_argument("--publish", help="also copy results.md, summary.json, runs.csv and the plot here")
@@ -485,6 +492,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return work(Path(args.worker), args.phase, Path(args.model_dir))
     profile = PROFILES[args.profile]
+    if args.all_settings:
+        from .paper_plan import ALL_PAPER_SETTINGS
+
+        profile = replace(profile, settings=profile.settings | {"paper": ALL_PAPER_SETTINGS})
+    if args.seeds:
+        if len(set(args.seeds)) != len(args.seeds):
+            raise SystemExit("error: --seeds repeats a seed")
+        profile = replace(profile, seeds=tuple(args.seeds), regime_seeds={})
     if args.smoke:
         profile = smoke_profile(profile)
     if args.estimate:

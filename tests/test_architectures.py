@@ -478,3 +478,21 @@ def test_the_measurement_allows_the_rounding_of_autocast():
     capture.transform = ARCHITECTURES["granite"].transform(type("C", (), {"logits_scaling": 2.7})())
     with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(LogitsMismatch):
         capture.check_against_logits(model, batch["input_ids"])
+
+
+def test_the_measurement_allows_an_autocast_the_forward_enters_itself():
+    """accelerate's mixed precision (the Trainer's ``bf16=True`` on float32 weights) wraps the model's forward in
+    bf16 autocast and hands back float32 logits: the check reads the autocast inside the forward, accepts the
+    correct reading and still refuses a wrong one."""
+    from accelerate import Accelerator
+
+    model = Accelerator(mixed_precision="bf16", cpu=True).prepare_model(tiny_model("llama"))
+    batch = inputs()
+    capture = DigitLogitsCapture(model, VOCAB)
+    assert model(input_ids=batch["input_ids"]).logits.dtype == torch.float32  # the autocast does not show
+    assert not torch.is_autocast_enabled("cpu")
+    assert capture.check_against_logits(model, batch["input_ids"]) > 0
+    assert capture.verified
+    capture.transform = ARCHITECTURES["granite"].transform(type("C", (), {"logits_scaling": 2.7})())
+    with pytest.raises(LogitsMismatch):
+        capture.check_against_logits(model, batch["input_ids"])

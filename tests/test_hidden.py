@@ -232,28 +232,6 @@ def test_capture_equals_the_models_own_logits(model_type, dtype):
     capture.remove()
 
 
-def test_the_check_reads_autocast_inside_a_forward_that_a_wrapper_autocasts():
-    """accelerate's mixed precision autocasts the model's forward alone and hands back float32 logits: they are bf16
-    products although nothing is autocast once the forward has returned, which the check must allow for."""
-    from del_plugin.core.capture import logits_tolerance
-
-    model = tiny_causal_lm()  # float32 weights, as a full fine-tune under `bf16: true` keeps them
-    forward = model.forward
-
-    def autocast_forward(*args, **kwargs):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = forward(*args, **kwargs)
-        out.logits = out.logits.float()
-        return out
-
-    model.forward = autocast_forward
-    capture = DigitLogitsCapture(model, VOCAB)
-    difference = capture.check_against_logits(model, inputs()["input_ids"])
-    capture.remove()
-    # the logits really went through bf16: float32 rounding alone would have refused this difference
-    assert difference > logits_tolerance(torch.float32, 1.0)
-
-
 def test_capture_only_while_armed():
     model = tiny_causal_lm()
     capture = DigitLogitsCapture(model, VOCAB)

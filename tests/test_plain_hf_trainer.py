@@ -31,6 +31,17 @@ def test_plain_trainer_runs_and_adds_del(tmp_path):
     assert first_loss[5.0] > first_loss[0.0] + 0.1
 
 
+def test_mixed_precision_float32_weights_under_bf16_autocast(tmp_path):
+    """The paper's recipe (float32 weights, the Trainer's ``bf16=True``): accelerate autocasts the forward out of
+    the start-up check's sight, and the run still passes the check and trains."""
+    trainer = example.build_trainer(["--output-dir", str(tmp_path), "--max-steps", "2", "--alpha", "1.0"], bf16=True)
+    trainer.train()
+    assert trainer.accelerator.mixed_precision == "bf16" and trainer.del_capture.verified
+    assert next(trainer.model.parameters()).dtype == torch.float32
+    logs = train_logs(trainer)
+    assert len(logs) == 2 and all(log["del_loss"] > 0 and math.isfinite(log["loss"]) for log in logs)
+
+
 def first_step_gradients(tmp_path, batch_size: int, grad_accum: int) -> dict[str, torch.Tensor]:
     trainer = example.build_trainer(
         [

@@ -23,10 +23,10 @@ from del_plugin.demo.sweep import (
     DEFAULT_SETTINGS,
     Setting,
     SweepMismatch,
-    _write_once,
     parse_setting,
     plan,
     run_state,
+    write_once,
 )
 
 
@@ -101,10 +101,10 @@ def test_data_is_written_once(tmp_path):
     def writer(text):
         return lambda p: p.write_text(text)
 
-    assert _write_once(path, writer("a\n")) == path and path.read_text() == "a\n"
-    assert _write_once(path, writer("a\n")) == path  # the same problems: fine
+    assert write_once(path, writer("a\n")) == path and path.read_text() == "a\n"
+    assert write_once(path, writer("a\n")) == path  # the same problems: fine
     with pytest.raises(SweepMismatch, match="another --out"):
-        _write_once(path, writer("b\n"))
+        write_once(path, writer("b\n"))
     assert path.read_text() == "a\n" and sorted(p.name for p in path.parent.iterdir()) == ["train.jsonl"]
 
 

@@ -1,5 +1,6 @@
 """``python -m del_plugin.demo``: the README's main-job command (see ``del_plugin/demo/pipeline.py``);
-``python -m del_plugin.demo sweep``: the efficacy sweep over ``del_alpha`` and seeds (``del_plugin/demo/sweep.py``)."""
+``python -m del_plugin.demo sweep``: the efficacy sweep over ``del_alpha`` and seeds (``del_plugin/demo/sweep.py``);
+``python -m del_plugin.demo paper``: the paper's regime and our users', on GSM8K (``del_plugin/demo/paper.py``)."""
 
 import os
 import sys
@@ -17,6 +18,10 @@ for _key, _value in {
 if __name__ == "__main__":
     if sys.argv[1:2] == ["sweep"]:  # python -m del_plugin.demo sweep ...: the efficacy sweep (demo/sweep.py)
         from .sweep import main
+
+        sys.exit(main(sys.argv[2:]))
+    if sys.argv[1:2] == ["paper"]:  # python -m del_plugin.demo paper ...: the paper's regime (demo/paper.py)
+        from .paper import main
 
         sys.exit(main(sys.argv[2:]))
     from .pipeline import main

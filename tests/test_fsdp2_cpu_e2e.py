@@ -38,7 +38,16 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_ddp_cpu_e2e import DIGITS_PER_ROW, LABEL_TOKENS_PER_ROW, PARTS, ROWS
+from test_ddp_cpu_e2e import (
+    DIGITS_PER_ROW,
+    LABEL_TOKENS_PER_ROW,
+    PARTS,
+    ROWS,
+    assert_grads_close,
+    ok,
+    step_keys,
+    train_log,
+)
 
 from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
 from del_plugin.tooling.cpu import write_alpaca_jsonl
@@ -50,7 +59,6 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "codellama-7b" / "paper-full-fsdp.yml"  # a Llama, as the tiny models are
-ALPHA = 2.0
 # GSM8K train rows for Llama-3's tokenizer, their digit targets and label tokens under it (tests/test_ddp_cpu_e2e.py
 # holds the Llama-2 ones): rank 0 gets rows 0 and 2 (128 digits, 145 tokens), rank 1 rows 1 and 3 (23 and 145)
 BPE_ROWS = (332, 150, 153, 85)
@@ -102,17 +110,8 @@ def runs(tmp_path_factory):
 
     def plan(world: int) -> dict:
         def run(name, tokenizer, full, fsdp_config=None, **overrides):
-            keys = dict(
-                micro_batch_size=2 // world,
-                gradient_accumulation_steps=2,
-                max_steps=1,
-                max_grad_norm=0.0,
-                learning_rate=1e-4,
-                sequence_len=512,
-                curriculum_sampling=True,
-                del_alpha=ALPHA,
-                dataset_prepared_path=str(tmp / f"prepared-{tokenizer}-w{world}"),  # tokenised once per world
-            )
+            keys = step_keys(world)
+            keys["dataset_prepared_path"] = str(tmp / f"prepared-{tokenizer}-w{world}")  # tokenised once per world
             if full:
                 keys["adapter"] = None
             if world == 2:
@@ -134,22 +133,6 @@ def runs(tmp_path_factory):
     two = start(plan(2), tmp / "world2", nproc=2)
     one = start(plan(1), tmp / "world1", nproc=1)  # a plain process: no process group, no FSDP
     return one.results(), two.results()
-
-
-def ok(result: dict) -> dict:
-    assert "error" not in result, result.get("error")
-    return result
-
-
-def train_log(result: dict) -> dict:
-    (log,) = [h for h in ok(result)["logs"] if "loss" in h]
-    return log
-
-
-def assert_grads_close(actual: dict, expected: dict, what: str, rtol=RTOL, atol=ATOL):
-    assert actual.keys() == expected.keys() and len(expected) > 0
-    for name in expected:
-        torch.testing.assert_close(actual[name], expected[name], rtol=rtol, atol=atol, msg=f"{what}: {name}")
 
 
 def layer_units(full: bool) -> set[str]:

@@ -166,15 +166,20 @@ def test_gradient_at_world_size_two_equals_world_size_one(runs):
     assert max(g.abs().max().item() for g in contribution.values()) > 1e-4  # DEL does move the gradient
 
 
+def assert_ranks_log(expected: dict, ranks: list[dict], name: str) -> None:
+    """Every rank of a two-process run logs each part of the loss as the one-process run did."""
+    for rank in (0, 1):
+        log = train_log(ranks[rank])
+        for key in PARTS:
+            assert log[key] == pytest.approx(expected[key], rel=1e-5), (name, rank, key, log, expected)
+
+
 def test_logged_parts_at_world_size_two_equal_world_size_one(runs):
     one, two = runs
     for name in ("del", "ce"):
         expected = train_log(one[name][0])
         assert expected["digit_targets"] == sum(DIGITS_PER_ROW)
-        for rank in (0, 1):
-            log = train_log(two[name][rank])
-            for key in PARTS:
-                assert log[key] == pytest.approx(expected[key], rel=1e-5), (name, rank, key, log, expected)
+        assert_ranks_log(expected, two[name], name)
 
 
 def test_control_rank_local_digit_mean_changes_the_gradient(runs):

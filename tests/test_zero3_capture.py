@@ -5,7 +5,7 @@ DeepSpeed's optimizer sees them, ``safe_get_full_grad``) of the same model witho
 logits there, for single digit tokens and number tokens, a trainable, tied, biased, ``modules_to_save`` or LoRA head.
 tests/test_deepspeed_cpu_e2e.py runs ZeRO-1, -2 and -3 through Axolotl in two processes against one.
 
-This file imports DeepSpeed and leaves its communicator set up in the test process; it is named to run last.
+DeepSpeed runs in the test process here; what it changes in the process is undone when the file's tests end.
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ ZERO3 = {
 
 @pytest.fixture(scope="module")
 def deepspeed(process_group):  # noqa: F811
-    """DeepSpeed's communicator on the one-rank gloo group, its accelerator the CPU."""
-    with pytest.MonkeyPatch.context() as env:
+    """DeepSpeed's communicator on the one-rank gloo group, its accelerator the CPU; afterwards the process is left
+    as it was (a ZeRO-3 engine replaces ``torch.nn.functional.linear`` with DeepSpeed's own for good)."""
+    with pytest.MonkeyPatch.context() as patch:
         for key, value in {"DS_ACCELERATOR": "cpu", "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}.items():
-            env.setenv(key, value)
+            patch.setenv(key, value)
+        patch.setattr(torch.nn.functional, "linear", torch.nn.functional.linear)  # restored on exit
         import deepspeed
         import deepspeed.comm.comm as ds_comm
 
@@ -153,3 +155,18 @@ def test_a_forward_that_never_calls_the_head_is_refused_with_the_fix(deepspeed):
         model.module.model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
     with pytest.raises(DigitCaptureError, match="did not run its forward.*liger_fused_linear_cross_entropy.*FSDP2"):
         capture.digit_targets(shift_to_next_token(inputs["labels"], -100))
+
+
+def test_digit_rows_alone_cannot_train_a_partitioned_head(deepspeed):
+    # with no cross-entropy the head's own backward never runs: ZeRO-3 would not reduce the rows' gradient
+    from del_plugin.core import digit_criterion_loss, next_token_places
+
+    model = engine(deepspeed, tiny_causal_lm())
+    capture = DigitLogitsCapture(model, VOCAB)
+    inputs = batch()
+    with capture:
+        model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    digits = capture.digit_targets(shift_to_next_token(inputs["labels"], -100))
+    loss = digit_criterion_loss("del", digits, next_token_places(inputs["labels"], VOCAB), alpha=0.7)
+    with pytest.raises(RuntimeError, match="only gradient of the LM head weight.*beside the cross-entropy"):
+        model.backward(loss)

@@ -393,9 +393,11 @@ def start_deepspeed_run() -> Callable[[], None]:
     (6) gives it gloo instead), and no distributed state left by an earlier run in this process (Axolotl refuses to
     set DeepSpeed up over one). Returns what to call after the run: a ZeRO-3 run leaves transformers' ZeRO-3 switches
     on for the whole process (Axolotl replaces ``is_deepspeed_zero3_enabled`` by ``lambda: True`` while it loads the
-    model), which would load every later run's model partitioned."""
+    model), which would load every later run's model partitioned, and DeepSpeed's ZeRO-3 replaces
+    ``torch.nn.functional.linear`` with its own for good."""
     import accelerate.state
     import axolotl.utils.distributed
+    import torch
     import transformers.integrations.deepspeed as hf_deepspeed
     import transformers.modeling_utils
 
@@ -406,6 +408,7 @@ def start_deepspeed_run() -> Callable[[], None]:
     switches = [
         (transformers.modeling_utils, "is_deepspeed_zero3_enabled"),
         (hf_deepspeed, "is_deepspeed_zero3_enabled"),
+        (torch.nn.functional, "linear"),
     ]
     saved = [(module, name, getattr(module, name)) for module, name in switches]
 

@@ -1,6 +1,7 @@
 """DEL under DeepSpeed ZeRO-1, -2 and -3, in real two-process Axolotl runs on CPU, against one plain process.
 
-Axolotl's own DeepSpeed configs (tests/deepspeed_configs/, copied unchanged from Axolotl's repository: zero1.json,
+Axolotl's own DeepSpeed configs (from the axolotl 0.21.0 source distribution on PyPI, unchanged:
+:func:`~del_plugin.tooling.assets.axolotl_deepspeed_configs`; zero1.json,
 zero2.json, which also offloads the optimizer to the CPU, zero3.json and zero3_bf16_cpuoffload_params.json) train a
 tiny Llama through Axolotl's DeepSpeed path on two ranks: transformers' DeepSpeed integration filling the configs'
 ``"auto"`` values, the model loaded under ``deepspeed.zero.Init`` for ZeRO-3 (every parameter partitioned as it is
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -57,7 +57,7 @@ from test_fsdp2_cpu_e2e import (
     tied_copy,
 )
 
-from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
+from del_plugin.tooling.assets import axolotl_deepspeed_configs, gsm8k_rows, tiny_model_dir
 from del_plugin.tooling.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config
@@ -65,7 +65,7 @@ from ddp_cpu import start
 
 pytestmark = pytest.mark.e2e
 
-CONFIGS = Path(__file__).resolve().parent / "deepspeed_configs"
+CONFIGS = axolotl_deepspeed_configs()
 
 # name -> (model, keys over the step keys): the one-process runs, and what the two-process runs train
 CASES = {
@@ -116,7 +116,7 @@ def runs(tmp_path_factory):
 
 
 def test_the_runs_use_axolotls_configs_unchanged():
-    # Axolotl's files as shipped (tests/deepspeed_configs/README.md); on CPU their "auto" values take the Axolotl
+    # Axolotl's files as shipped in its release; on CPU their "auto" values take the Axolotl
     # config's (bf16: false) except where a file sets a value itself, as the offload one sets bf16
     for file, stage in (("zero1.json", 1), ("zero2.json", 2), ("zero3.json", 3)):
         config = json.loads((CONFIGS / file).read_text())

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from del_plugin.hf.settings import DEFAULT_ALPHA
-from del_plugin.tooling.assets import gsm8k_rows
+from del_plugin.tooling.assets import axolotl_deepspeed_configs, gsm8k_rows
 from del_plugin.tooling.cpu import CPU_KEYS, write_alpaca_jsonl
 
 from axolotl_helpers import StepLabels, run_axolotl
@@ -118,7 +118,7 @@ KINDS = ("qlora-24gb", "paper-full-fsdp")
 EXAMPLE_IDS = [f"{d}/{k}" for d in FAMILIES for k in KINDS]
 # the full fine-tune's twin under DeepSpeed ZeRO-3 (test_zero3_twin_is_the_fsdp_example_with_axolotls_zero3_config)
 ZERO3_IDS = [f"{d}/paper-full-zero3" for d in FAMILIES]
-DEEPSPEED_CONFIGS = REPO / "tests" / "deepspeed_configs"  # Axolotl's own, as `axolotl fetch deepspeed_configs` gives
+
 
 # The hardware each kind is written for, as Axolotl's validation takes it (normally probed from the local GPU).
 CAPABILITIES = {
@@ -261,7 +261,7 @@ def test_zero3_twin_is_the_fsdp_example_with_axolotls_zero3_config(example_id):
         "gradient_checkpointing": True,
         "output_dir": fsdp["output_dir"] + "-zero3",
     }
-    fetched = str(DEEPSPEED_CONFIGS / "zero3_bf16.json")
+    fetched = str(axolotl_deepspeed_configs() / "zero3_bf16.json")
     assert zero_stage(zero3["deepspeed"]) == 3 and zero_stage(fetched) == 3
     for deepspeed in (zero3["deepspeed"], fetched):  # as shipped, and with the file `axolotl fetch` gives
         cfg = validate({**zero3, "deepspeed": deepspeed}, "paper-full-fsdp")

@@ -21,7 +21,7 @@ $(VENV)/.installed: setup.cfg requirements.lock
 	touch $@
 
 assets: $(VENV)/.installed
-	$(PY) -m del_plugin.tooling.assets tokenizers tiny tiny-qwen3 tiny-gemma3 smollm2
+	$(PY) -m del_plugin.tooling.assets tokenizers tiny tiny-qwen3 tiny-gemma3 smollm2 deepspeed-configs
 
 setup: assets
 

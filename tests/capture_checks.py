@@ -32,7 +32,8 @@ def ce_plus_del_step(
     places = next_token_places(batch["labels"], vocab)
     if train is not None:
         model.train(train)
-    model.zero_grad(set_to_none=True)
+    if not _deepspeed_engine(model):  # (a new engine has no gradients yet)
+        model.zero_grad(set_to_none=True)
     capture = DigitLogitsCapture(model, vocab)
     try:
         with capture:
@@ -43,12 +44,26 @@ def ce_plus_del_step(
     finally:
         capture.remove()
     loss = out.loss + digit_criterion_loss("del", digits, places, alpha=alpha)
-    loss.backward()
+    if _deepspeed_engine(model):
+        model.backward(loss)  # the engine's backward ends by reducing ZeRO's gradients into its partitions
+    else:
+        loss.backward()
     return Step(loss.detach(), out.logits is not None, gradients(model))
 
 
+def _deepspeed_engine(model) -> bool:
+    return type(model).__name__ == "DeepSpeedEngine"
+
+
 def gradients(model) -> dict[str, torch.Tensor]:
-    """Every parameter's gradient, whole (an FSDP2-sharded gradient gathered from its shards)."""
+    """Every parameter's gradient, whole (an FSDP2-sharded gradient gathered from its shards; under a DeepSpeed
+    engine, the gradient its optimizer will step with, read with DeepSpeed's ``safe_get_full_grad``, named as in the
+    model inside the engine)."""
+    if _deepspeed_engine(model):
+        from deepspeed.utils import safe_get_full_grad
+
+        grads = {n: safe_get_full_grad(p) for n, p in model.module.named_parameters() if p.requires_grad}
+        return {n: g.clone() for n, g in grads.items() if g is not None}
     from torch.distributed.tensor import DTensor
 
     return {

@@ -1,5 +1,5 @@
-"""Data-parallel Axolotl on CPU, for the tests: one in-process Axolotl run per rank under torchrun, gloo DDP or
-FSDP2.
+"""Data-parallel Axolotl on CPU, for the tests: one in-process Axolotl run per rank under torchrun, gloo DDP, FSDP2
+or DeepSpeed ZeRO.
 
 Nothing in the plugin depends on this file. It exists because neither stock launcher gives a multi-process CPU run
 of Axolotl 0.21:
@@ -28,14 +28,28 @@ of Axolotl 0.21:
   5. transformers' ``TrainingArguments`` refuses ``bf16`` unless ``is_torch_bf16_gpu_available()`` (a CUDA
      capability probe) or ``use_cpu``, which Axolotl never sets.
 
+  With a ``deepspeed`` config (DeepSpeed's CPU accelerator, ``DS_ACCELERATOR=cpu``, which every launch sets), two
+  more:
+
+  6. accelerate never makes a CPU run a DeepSpeed one (``ACCELERATE_USE_CPU`` or ``cpu=True`` skips its DeepSpeed
+     branch), and without it finds no backend for a process without an accelerator (``_prepare_backend`` knows
+     gloo only for ``cpu=True``), so the run would have no process group: ``distributed_type`` ``NO``, one process.
+  7. not a CUDA step, but a minute of every fresh environment: DeepSpeed's communicator compiles a shared-memory
+     all-reduce for the CPU when it starts (:func:`skip_deepspeed_shm_build`), which training never calls.
+
 Here (1) is replaced by a function that answers "no P2P to worry about", (2) is overwritten with ``"cpu"`` after
 ``load_cfg``, (3) builds the same mesh with the device type ``"cpu"``, (4) does for ``MULTI_CPU`` what accelerate
 does for a GPU when it is handed an FSDP plugin (``distributed_type = FSDP``, the plugin kept, the partial state
 told), (5) answers the probe with yes (the CPU runs bf16 autocast, and FSDP2's bf16 parameters and reductions),
-and ``ACCELERATE_USE_CPU=true`` makes accelerate initialise the process group with gloo. What runs afterwards is
-Axolotl's own ``setup_model_and_trainer`` and ``Trainer.train`` with the DEL plugin, unchanged: for FSDP2 that is
-accelerate's ``_prepare_fsdp2`` with Axolotl's ``fsdp2_prepare_model`` (its wrap policy, activation checkpointing,
-``cpu_ram_efficient_loading`` broadcast from rank 0, ``fully_shard`` per unit and root last), over gloo.
+and ``ACCELERATE_USE_CPU=true`` makes accelerate initialise the process group with gloo. For a DeepSpeed run
+``ACCELERATE_USE_CPU`` is unset, (6) hands accelerate gloo and ``MULTI_CPU`` where it found nothing (it then starts
+DeepSpeed's communicator on gloo and makes the run ``DEEPSPEED``, as it does on GPUs), and (7) leaves the
+shared-memory op unbuilt (:func:`start_deepspeed_run`). What runs afterwards is Axolotl's own
+``setup_model_and_trainer`` and ``Trainer.train`` with the DEL plugin, unchanged: for FSDP2 that is accelerate's
+``_prepare_fsdp2`` with Axolotl's ``fsdp2_prepare_model`` (its wrap policy, activation checkpointing,
+``cpu_ram_efficient_loading`` broadcast from rank 0, ``fully_shard`` per unit and root last), over gloo; for
+DeepSpeed, Axolotl's ``setup_deepspeed_env``, the model loaded under ``deepspeed.zero.Init`` for ZeRO-3, and
+accelerate's DeepSpeed engine with the config's ``"auto"`` values filled by transformers.
 
 Usage, from the repository root::
 
@@ -47,12 +61,13 @@ all of them; the environment variables Axolotl sets for a run, ``FSDP_*`` among 
 ``setup``, if given, is imported and called in every rank before its run and may return a function that undoes it
 afterwards (a monkeypatch for a control run). For each run every rank writes
 ``DIR/NAME.rank<R>.pt``: ``grads`` (the gradients of the trainable parameters as the optimizer sees them at the
-first optimizer step, i.e. after the DDP all-reduce or FSDP's reduce-scatter; a sharded FSDP gradient is gathered
-whole, and the names are those of the unwrapped model), ``logs`` (``trainer.state.log_history``), ``world_size``,
-``backend``, ``cpu_backend`` (:func:`cpu_backend`), ``distributed_type``, the layout of :func:`fsdp_layout`
-(``fsdp_units``, ``head_unit``, ``head_tied``, ``checkpointed``, ``param_dtypes``) and ``micro_batches`` (for each
-training micro-batch this rank computed: its row count, label tokens and digit targets); or, if the run raised,
-``error`` (the traceback). A run
+first optimizer step, i.e. after the DDP all-reduce, FSDP's reduce-scatter or ZeRO's reduction; a sharded FSDP
+gradient is gathered whole, a ZeRO one read whole with :func:`deepspeed_first_step_gradients`, and the names are
+those of the unwrapped model), ``logs`` (``trainer.state.log_history``), ``world_size``, ``backend``,
+``cpu_backend`` (:func:`cpu_backend`), ``distributed_type``, the layout of :func:`fsdp_layout` (``fsdp_units``,
+``head_unit``, ``head_tied``, ``checkpointed``, ``param_dtypes``) and of :func:`zero_layout` (DeepSpeed runs),
+and ``micro_batches`` (for each training micro-batch this rank computed: its row count, label tokens and digit
+targets); or, if the run raised, ``error`` (the traceback). A run
 that raises on every rank at the same point (a configuration DEL cannot train with) is recorded and the next run
 starts; put such runs last, since the trainer they leave behind is not cleaned up. :func:`launch` does all of this
 from a test (:func:`start` in the background). With ``nproc=1`` it starts one plain process instead of torchrun: no
@@ -71,6 +86,7 @@ import os
 import subprocess
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,6 +110,7 @@ class Launch:
             AXOLOTL_DO_NOT_TRACK="1",
             HF_HUB_OFFLINE="1",
             TOKENIZERS_PARALLELISM="false",
+            DS_ACCELERATOR="cpu",
         )
         script = [str(Path(__file__).resolve()), str(spec)]
         if nproc == 1:
@@ -177,6 +194,26 @@ def patch_cuda_only_checks() -> None:
 
     transformers.training_args.is_torch_bf16_gpu_available = lambda: True  # (5)
 
+    prepare_backend = accelerate.state.PartialState._prepare_backend
+
+    def prepare_deepspeed_backend_on_cpu(self, cpu=False, sagemaker_dp=False, backend=None):  # (6)
+        backend, distributed_type = prepare_backend(self, cpu, sagemaker_dp, backend)
+        deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+        if deepspeed and distributed_type == DistributedType.NO and int(os.environ.get("LOCAL_RANK", -1)) != -1:
+            return "gloo", DistributedType.MULTI_CPU
+        return backend, distributed_type
+
+    accelerate.state.PartialState._prepare_backend = prepare_deepspeed_backend_on_cpu
+
+
+def skip_deepspeed_shm_build() -> None:
+    """Step (7) of the module docstring: DeepSpeed's communicator, on its CPU accelerator, compiles a shared-memory
+    all-reduce when it starts (``build_shm_op``: a C++ extension, about a minute in a fresh environment), used only by
+    ``inference_all_reduce`` (tensor-parallel inference layers), never in training. Without it every collective goes
+    through torch.distributed (gloo), as on a CPU that cannot build the op."""
+    # by module name: the package `deepspeed.comm` exports `torch` (the torch module) over its submodule's name
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+
 
 def load_cpu_config(config: dict):
     from axolotl.cli.config import load_cfg
@@ -233,6 +270,53 @@ def fsdp_layout(model) -> dict:
     }
 
 
+def zero_layout(engine) -> dict:
+    """What DeepSpeed made of the model (empty without DeepSpeed): ``zero_stage``; ``offload_param`` and
+    ``offload_optimizer``, the devices ZeRO offloads to (None: not offloaded); ``bf16`` (DeepSpeed's bf16 mode) and
+    ``communication_dtype`` (the dtype its gradient reductions use); ``head_dtype``, the dtype the LM head weight is
+    stored in; ``head_numel`` and ``head_shape``, the head weight's element count on this rank outside any forward
+    and its whole shape (ZeRO-3 partitions it to no elements between forwards)."""
+    if not hasattr(engine, "zero_optimization_stage"):
+        return {}
+    zero = engine.config["zero_optimization"] if "zero_optimization" in engine.config else {}
+    weight = engine.module.get_output_embeddings().weight
+    return {
+        "zero_stage": engine.zero_optimization_stage(),
+        "offload_param": (zero.get("offload_param") or {}).get("device"),
+        "offload_optimizer": (zero.get("offload_optimizer") or {}).get("device"),
+        "bf16": engine.bfloat16_enabled(),
+        "communication_dtype": str(engine.communication_data_type),
+        "head_dtype": str(getattr(weight, "ds_tensor", weight).dtype),
+        "head_numel": weight.numel(),
+        "head_shape": tuple(getattr(weight, "ds_shape", weight.shape)),
+    }
+
+
+def deepspeed_first_step_gradients(capture) -> Callable[[], None]:
+    """Under DeepSpeed the optimizer step happens inside accelerate's ``backward`` (``engine.step()`` at the last
+    micro-batch of a step), before any trainer callback sees it, and ZeRO keeps the reduced gradients in its own
+    partitioned buffers, not in ``.grad``. So the first step's gradients are read at the start of the engine's first
+    step at an accumulation boundary, each whole, with DeepSpeed's ``safe_get_full_grad`` (a collective: every rank
+    reads the same parameters in the same order). Returns the function that undoes the patch."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.utils import safe_get_full_grad
+
+    step = DeepSpeedEngine.step
+
+    def recording_step(engine, *args, **kwargs):
+        if capture.grads is None and engine.is_gradient_accumulation_boundary():
+            grads = {}
+            for name, param in engine.module.named_parameters():
+                grad = safe_get_full_grad(param) if param.requires_grad else None
+                if grad is not None:
+                    grads[unwrapped_name(name)] = grad.detach().clone()
+            capture.grads = grads
+        return step(engine, *args, **kwargs)
+
+    DeepSpeedEngine.step = recording_step
+    return lambda: setattr(DeepSpeedEngine, "step", step)
+
+
 def cpu_backend() -> str | None:
     """The backend of the default process group for CPU tensors (``get_backend`` says ``"undefined"`` for a group
     with one backend per device type, as Axolotl's FSDP device mesh makes it), None without a process group."""
@@ -268,6 +352,7 @@ def train_one(config: dict) -> dict:
     trainer = setup_model_and_trainer(cfg, load_datasets(cfg=cfg))[0]
     capture = FirstStepGradients()
     trainer.add_callback(capture)
+    undo = deepspeed_first_step_gradients(capture) if config.get("deepspeed") else None
 
     micro_batches: list[dict] = []
     compute_loss = trainer.compute_loss
@@ -284,7 +369,11 @@ def train_one(config: dict) -> dict:
         return compute_loss(model, inputs, *args, **kwargs)
 
     trainer.compute_loss = recording_compute_loss
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        if undo is not None:
+            undo()
     assert trainer.accelerator.num_processes == int(os.environ.get("WORLD_SIZE", "1"))
     return {
         "grads": capture.grads,
@@ -295,7 +384,42 @@ def train_one(config: dict) -> dict:
         "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
         "cpu_backend": cpu_backend(),
         **fsdp_layout(trainer.model_wrapped),
+        **zero_layout(trainer.model_wrapped),
     }
+
+
+def start_deepspeed_run() -> Callable[[], None]:
+    """Before a DeepSpeed run: no ``ACCELERATE_USE_CPU`` (accelerate never turns a CPU run into a DeepSpeed one; step
+    (6) gives it gloo instead), and no distributed state left by an earlier run in this process (Axolotl refuses to
+    set DeepSpeed up over one). Returns what to call after the run: a ZeRO-3 run leaves transformers' ZeRO-3 switches
+    on for the whole process (Axolotl replaces ``is_deepspeed_zero3_enabled`` by ``lambda: True`` while it loads the
+    model), which would load every later run's model partitioned, and DeepSpeed's ZeRO-3 replaces
+    ``torch.nn.functional.linear`` with its own for good."""
+    import accelerate.state
+    import axolotl.utils.distributed
+    import torch
+    import transformers.integrations.deepspeed as hf_deepspeed
+    import transformers.modeling_utils
+
+    skip_deepspeed_shm_build()  # (7)
+    os.environ.pop("ACCELERATE_USE_CPU", None)
+    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
+    axolotl.utils.distributed.distributed_state = None
+    switches = [
+        (transformers.modeling_utils, "is_deepspeed_zero3_enabled"),
+        (hf_deepspeed, "is_deepspeed_zero3_enabled"),
+        (torch.nn.functional, "linear"),
+    ]
+    saved = [(module, name, getattr(module, name)) for module, name in switches]
+
+    def finish():
+        for module, name, value in saved:
+            setattr(module, name, value)
+        hf_deepspeed.unset_hf_deepspeed_config()
+        accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
+        axolotl.utils.distributed.distributed_state = None
+
+    return finish
 
 
 def main(spec_path: str) -> None:
@@ -316,6 +440,7 @@ def main(spec_path: str) -> None:
         # model's worth) are kept rather than freed.
         gc.freeze()
         undo = None
+        finish = start_deepspeed_run() if run["config"].get("deepspeed") else None
         try:
             if run.get("setup"):
                 module, _, attr = run["setup"].partition(":")
@@ -326,6 +451,8 @@ def main(spec_path: str) -> None:
         finally:
             if callable(undo):
                 undo()
+            if finish is not None:
+                finish()
         torch.save(result, out / f"{name}.rank{rank}.pt")
         # Axolotl sets FSDP_* and ACCELERATE_USE_FSDP for a run with an fsdp_config and never unsets them (accelerate
         # reads them when the next trainer starts); its trainer resets accelerate's state itself

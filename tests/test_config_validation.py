@@ -113,16 +113,26 @@ def test_a_cce_fork_that_drops_a_lora_head_is_refused_before_the_model_loads(mon
     check_lora_head_kernel(DictDefault({**cfg, "lora_target_modules": ["q_proj"]}))  # no head adapter: nothing to do
 
 
-def test_deepspeed_zero3_is_refused(base, tmp_path):
-    for stage, accepted in ((3, False), (2, True)):
+def test_deepspeed_zero3_is_refused_only_beside_a_fused_kernel(base, tmp_path):
+    # Axolotl's validation alone: load_cfg would go on to set DeepSpeed's process group up (NCCL) in this process;
+    # tests/test_deepspeed_cpu_e2e.py trains ZeRO-1, -2 and -3 with DEL
+    from axolotl.utils.config import prepare_plugins, validate_config
+    from axolotl.utils.dict import DictDefault
+
+    from del_plugin.axolotl.args import zero_stage
+
+    for stage in (1, 2, 3):
         path = tmp_path / f"zero{stage}.json"
         path.write_text(f'{{"zero_optimization": {{"stage": {stage}}}}}')
-        if accepted:
-            from del_plugin.axolotl.args import zero_stage
-
-            assert zero_stage(str(path)) == 2
-        else:
-            assert "ZeRO-3" in refused(base(deepspeed=str(path)))
+        assert zero_stage(str(path)) == stage
+        cfg = DictDefault(base(deepspeed=str(path)))
+        prepare_plugins(cfg)
+        assert validate_config(cfg).deepspeed
+    zero3 = str(tmp_path / "zero3.json")
+    message = refused(base(deepspeed=zero3, liger_fused_linear_cross_entropy=True))
+    assert "`liger_fused_linear_cross_entropy` with DeepSpeed ZeRO-3" in message and "FSDP2" in message
+    message = refused(base(deepspeed=zero3, bf16=True, plugins=[CCE, "del_plugin.DELPlugin"]))
+    assert "`cut_cross_entropy` with DeepSpeed ZeRO-3" in message
 
 
 def test_architectures_are_checked_before_the_model_loads(base, tmp_path):

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from del_plugin.hf.settings import DEFAULT_ALPHA
-from del_plugin.tooling.assets import gsm8k_rows
+from del_plugin.tooling.assets import axolotl_deepspeed_configs, gsm8k_rows
 from del_plugin.tooling.cpu import CPU_KEYS, write_alpaca_jsonl
 
 from axolotl_helpers import StepLabels, run_axolotl
@@ -116,6 +116,9 @@ FAMILIES = {
 # the quick-start QLoRA config at the advised weight, and the paper's full fine-tune at the authors' weight
 KINDS = ("qlora-24gb", "paper-full-fsdp")
 EXAMPLE_IDS = [f"{d}/{k}" for d in FAMILIES for k in KINDS]
+# the full fine-tune's twin under DeepSpeed ZeRO-3 (test_zero3_twin_is_the_fsdp_example_with_axolotls_zero3_config)
+ZERO3_IDS = [f"{d}/paper-full-zero3" for d in FAMILIES]
+
 
 # The hardware each kind is written for, as Axolotl's validation takes it (normally probed from the local GPU).
 CAPABILITIES = {
@@ -178,7 +181,7 @@ def validate(cfg: dict, kind: str):
 def test_every_family_has_both_examples():
     found = sorted(str(p.relative_to(EXAMPLES).with_suffix("")) for p in EXAMPLES.glob("*/*.yml"))
     mine = sorted(p for p in found if p.split("/")[0] in FAMILIES)
-    assert mine == sorted(EXAMPLE_IDS)
+    assert mine == sorted(EXAMPLE_IDS + ZERO3_IDS)
 
 
 @pytest.mark.parametrize("example_id", EXAMPLE_IDS)
@@ -240,6 +243,30 @@ def test_full_examples_share_the_fsdp_config_that_trains_in_two_processes():
         config = load_example(f"{family_id}/paper-full-fsdp")["fsdp_config"]
         assert config["transformer_layer_cls_to_wrap"] == family.decoder_layer
         assert {**config, "transformer_layer_cls_to_wrap": "LlamaDecoderLayer"} == tested, family_id
+
+
+@pytest.mark.parametrize("example_id", ZERO3_IDS)
+def test_zero3_twin_is_the_fsdp_example_with_axolotls_zero3_config(example_id):
+    # the same run but for the engine: Axolotl's zero3_bf16.json instead of the fsdp_config (its activation
+    # checkpointing becoming gradient_checkpointing), and its own output folder; tests/test_deepspeed_cpu_e2e.py
+    # trains DEL under Axolotl's ZeRO-3 configs in two processes
+    from del_plugin.axolotl.args import zero_stage
+
+    zero3 = load_example(example_id)
+    fsdp = load_example(example_id.replace("paper-full-zero3", "paper-full-fsdp"))
+    assert fsdp.pop("fsdp_config")["activation_checkpointing"] is True
+    assert zero3 == {
+        **fsdp,
+        "deepspeed": "deepspeed_configs/zero3_bf16.json",
+        "gradient_checkpointing": True,
+        "output_dir": fsdp["output_dir"] + "-zero3",
+    }
+    fetched = str(axolotl_deepspeed_configs() / "zero3_bf16.json")
+    assert zero_stage(zero3["deepspeed"]) == 3 and zero_stage(fetched) == 3
+    for deepspeed in (zero3["deepspeed"], fetched):  # as shipped, and with the file `axolotl fetch` gives
+        cfg = validate({**zero3, "deepspeed": deepspeed}, "paper-full-fsdp")
+        assert cfg.deepspeed and not cfg.fsdp_config and cfg.gradient_checkpointing is True
+        assert cfg.del_alpha == pytest.approx(family_of(example_id).authors.del_alpha, rel=1e-12)
 
 
 ADVICE = "docs/choosing-del-alpha.md"

@@ -306,13 +306,18 @@ class DELArgs(CriterionParamArgs):
     @model_validator(mode="before")
     @classmethod
     @_when_enabled
-    def refuse_deepspeed_zero3(cls, data: dict) -> None:
-        """ZeRO-3 partitions the head weight, whose digit rows DEL reads inside the forward."""
-        if zero_stage(data.get("deepspeed")) == 3:
+    def refuse_fused_cross_entropy_under_deepspeed_zero3(cls, data: dict) -> None:
+        """ZeRO-3 gathers the head's weight only inside the head's own forward, where DEL then reads its digit rows
+        (del_plugin/core/capture.py); a fused cross-entropy kernel reads ``lm_head.weight`` without calling the head.
+        """
+        kernels = fused_cross_entropy(data)
+        if kernels and zero_stage(data.get("deepspeed")) == 3:
             _refuse(
-                "DeepSpeed ZeRO-3 partitions the LM head weight, and DEL reads its digit rows in the forward "
-                "pass; shard with FSDP2 instead, with the fsdp_config of examples/*/paper-full-fsdp.yml "
-                "(docs/distributed.md), or use ZeRO-2 (`deepspeed: deepspeed_configs/zero2.json`)"
+                f"{', '.join(f'`{k}`' for k in kernels)} with DeepSpeed ZeRO-3 (`deepspeed`, stage 3): ZeRO-3 "
+                "partitions lm_head.weight and gathers it only inside the head's own forward, where DEL reads its "
+                "digit rows, and the fused kernel reads the weight without calling the head. Under ZeRO-3 train with "
+                "plain cross-entropy (remove the key), or keep the kernel and shard with FSDP2 (the fsdp_config of "
+                "examples/*/paper-full-fsdp.yml, docs/distributed.md)"
             )
 
     @model_validator(mode="before")

@@ -3,8 +3,9 @@
 What it checks, in order, and stops at the first failure of the first two:
 
 1. the config: Axolotl's own validation of the whole config, with the plugin's keys and rules (bounds, a misspelled
-   ``del_`` key, criteria beside kernels, a LoRA head beside Liger's fused kernel, ZeRO-3, training modes), for the
-   hardware the config is meant for (``--gpus``, ``--compute-capability``; the local GPU when there is one);
+   ``del_`` key, criteria beside kernels, a LoRA head beside Liger's fused kernel, a fused kernel under ZeRO-3,
+   training modes), for the hardware the config is meant for (``--gpus``, ``--compute-capability``; the local GPU
+   when there is one);
 2. the tokenizer's digit layout, read from the tokenizer files (one token per digit, or complete 1-3-digit number
    tokens), and the model type from the model's ``config.json`` (in DEL's architecture table, or measured at the
    first step), from a local folder: ``--local HUB_ID=FOLDER`` stands a folder in for a hub id the config names

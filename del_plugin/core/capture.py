@@ -29,11 +29,24 @@ Under FSDP2 the head must be whole when the decoder returns: it is in the root u
 the wrapped decoder layers (Axolotl's ``TRANSFORMER_BASED_WRAP``) and is gathered for the whole forward. A head that
 FSDP2 made a unit of its own is still sharded then and is refused.
 
+Under DeepSpeed ZeRO-3 every parameter is partitioned (shape ``(0,)`` on each rank) except while the module that owns
+it runs its forward: DeepSpeed gathers a module's own parameters in its pre-forward hook (or earlier, prefetching
+them, but need not) and releases them in its post-forward hook. The head weight is therefore read inside the forward
+of the module that owns it (the head itself, PEFT's ``modules_to_save`` copy or a LoRA layer's ``base_layer``; the
+head when tied to the embedding), by a forward hook that runs before DeepSpeed's release; a LoRA adapter's ``B`` rows
+likewise inside ``lora_B``'s forward. What is read there is what the FSDP2 path reads when the decoder returns: the
+single-digit reader's ``[B, T, F, 10]`` logits, or the number-token reader's float32 copy of the head's number rows
+(:mod:`~del_plugin.core.head_rows`); nothing is gathered a second time. Their gradient is added into the gathered
+weight's gradient in the backward pass, where DeepSpeed gathers the weight again for the head's own backward and then
+reduce-scatters its gradient. A forward that never calls the head (a fused cross-entropy kernel that reads
+``lm_head.weight`` itself) cannot be read under ZeRO-3 and is an error.
+
 No transformers or PEFT import: modules are recognised by their attributes.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -98,6 +111,17 @@ def _sharded_by_fsdp2(model: Any) -> bool:
             inner = model.get_base_model()
         model = inner
     return False
+
+
+def _partitioned_by_zero3(weight: torch.Tensor) -> bool:
+    """Whether ``weight`` is a DeepSpeed ZeRO-3 parameter (DeepSpeed gives those a ``ds_id``): whole for certain only
+    inside the forward (and backward) of the module that owns it, else of shape ``(0,)``."""
+    return hasattr(weight, "ds_id")
+
+
+def _full_rows(weight: torch.Tensor) -> int:
+    """The rows of a head weight, partitioned by ZeRO-3 (its ``ds_shape``) or not."""
+    return tuple(getattr(weight, "ds_shape", weight.shape))[0]
 
 
 def check_architecture(config: Any) -> Architecture | None:
@@ -181,8 +205,8 @@ class _LoraHead:
 
 class _Forward:
     """What one armed forward handed a reader: the decoder's output, the head's weight and bias as they were then,
-    whether to build a graph, the LoRA adapters expected to run on the head, and whether the head's weights may be
-    freed when the forward returns (FSDP2)."""
+    whether to build a graph, the LoRA adapters expected to run on the head, and whether the head's weight is freed
+    after the point where it was read (FSDP2 when the forward returns, ZeRO-3 when the head's forward returns)."""
 
     __slots__ = ("hidden", "weight", "bias", "grad", "lora_expected", "freed_after")
 
@@ -381,10 +405,10 @@ class DigitLogitsCapture:
         if getattr(head, "weight", None) is None:
             raise DigitCaptureError(f"model_type {self.model_type!r}: the LM head {type(head).__name__} has no weight")
         largest = max(vocab.number_row_ids)
-        if largest >= head.weight.shape[0]:
+        if largest >= _full_rows(head.weight):
             raise DigitCaptureError(
-                f"digit token id {largest} of {vocab.name} is outside the LM head's {head.weight.shape[0]} rows: the "
-                "tokenizer and the model do not match"
+                f"digit token id {largest} of {vocab.name} is outside the LM head's {_full_rows(head.weight)} rows: "
+                "the tokenizer and the model do not match"
             )
         self.vocab = vocab
         self.head = head
@@ -402,6 +426,7 @@ class DigitLogitsCapture:
         if self.lora is not None:
             for name, module in self.head.lora_A.items():
                 self._handles.append(module.register_forward_hook(self._lora_hook(name)))
+        self._zero3_hooks = False  # registered at the first forward that finds the head partitioned by ZeRO-3
 
     def _reset(self) -> None:
         """Forget the last captured forward."""
@@ -410,6 +435,10 @@ class DigitLogitsCapture:
         self._lora_calls: dict[str, int] = {}
         self._lora_expected: list[str] = []
         self._autocast_dtype: torch.dtype | None = None  # autocast's dtype inside the forward, if it was on
+        # ZeRO-3: the decoder's forward, waiting for the head's forward to read the gathered weight; per LoRA
+        # adapter, A(dropout(h)) waiting for lora_B's forward
+        self._head_pending: _Forward | None = None
+        self._lora_pending: dict[str, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ hooks
     def _on_decoder(self, module, args, output) -> None:
@@ -436,9 +465,42 @@ class DigitLogitsCapture:
         device = hidden.device.type
         self._autocast_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         grad = torch.is_grad_enabled() and self.differentiable
+        if _partitioned_by_zero3(self.head.weight):  # read inside the head's forward: _on_head_weight_owner
+            if not self._zero3_hooks:
+                self._register_zero3_hooks()
+            self._head_pending = _Forward(hidden, None, None, grad, self._lora_expected, freed_after=True)
+            return
         bias = getattr(self.head, "bias", None)
         weight, freed_after = self._whole_head_weight(), _sharded_by_fsdp2(self._model)
         self.reader.on_decoder(_Forward(hidden, weight, bias, grad, self._lora_expected, freed_after))
+
+    def _register_zero3_hooks(self) -> None:
+        """Hooks inside the forwards where ZeRO-3 has gathered the head's weights (module docstring): after the forward
+        of every module of the head that owns a weight (the head, PEFT's copies, a LoRA layer's base layer) and of
+        each LoRA ``B``, ahead of DeepSpeed's own hook, which releases them (``prepend``)."""
+        for module in self.head.modules():
+            if isinstance(module._parameters.get("weight"), torch.Tensor):
+                self._handles.append(module.register_forward_hook(self._on_head_weight_owner, prepend=True))
+        if self.lora is not None:
+            for name, lora_b in self.head.lora_B.items():
+                self._handles.append(lora_b.register_forward_hook(self._lora_b_hook(name), prepend=True))
+        self._zero3_hooks = True
+
+    def _on_head_weight_owner(self, module, args, output) -> None:
+        """After the forward of a module of the head that owns a weight, before DeepSpeed releases it: a ZeRO-3
+        forward whose decoder has returned reads the head's (now gathered) weight here."""
+        forward = self._head_pending
+        if not self._armed or forward is None or module._parameters.get("weight") is not self.head.weight:
+            return
+        weight = self.head.weight
+        if weight.numel() != math.prod(weight.ds_shape):
+            raise DigitCaptureError(
+                f"the LM head weight is still partitioned (shape {tuple(weight.shape)}) inside its own forward, where "
+                "DeepSpeed ZeRO-3 gathers it and DEL reads its digit rows"
+            )
+        self._head_pending = None
+        forward.weight, forward.bias = weight, getattr(self.head, "bias", None)
+        self.reader.on_decoder(forward)
 
     def _whole_head_weight(self) -> torch.Tensor:
         weight = self.head.weight
@@ -451,11 +513,6 @@ class DigitLogitsCapture:
                 "layer class, as examples/*/paper-full-fsdp.yml do (SIZE_BASED_WRAP makes a unit of every module above "
                 "min_num_params, the head included)"
             )
-        if getattr(weight, "ds_numel", None) is not None or weight.numel() == 0:
-            raise DigitCaptureError(
-                "the LM head weight is partitioned (DeepSpeed ZeRO-3) when DEL reads it; use FSDP2 with lm_head in "
-                "the root unit (examples/*/paper-full-fsdp.yml), or ZeRO-2"
-            )
         return weight
 
     def _lora_hook(self, name: str):
@@ -463,9 +520,20 @@ class DigitLogitsCapture:
             if not self._armed or name not in self._lora_expected:
                 return
             self._lora_calls[name] = self._lora_calls.get(name, 0) + 1
-            self.reader.on_lora(name, projected)
+            if _partitioned_by_zero3(self.head.lora_B[name].weight):  # B's rows are read inside lora_B's forward
+                self._lora_pending[name] = projected
+            else:
+                self.reader.on_lora(name, projected)
 
         return on_lora_a
+
+    def _lora_b_hook(self, name: str):
+        def on_lora_b(module, args, output) -> None:
+            projected = self._lora_pending.pop(name, None)
+            if self._armed and projected is not None:
+                self.reader.on_lora(name, projected)
+
+        return on_lora_b
 
     # ------------------------------------------------------------------ use
     def __enter__(self) -> DigitLogitsCapture:
@@ -477,6 +545,15 @@ class DigitLogitsCapture:
         self._armed = False
 
     def _check_captured(self) -> None:
+        if self._head_pending is not None or self._lora_pending:
+            module = "the LM head" if self._head_pending is not None else f"the LoRA B of {list(self._lora_pending)}"
+            raise DigitCaptureError(
+                f"DeepSpeed ZeRO-3 partitions the LM head, and {module} did not run its forward after the decoder "
+                "returned, where DEL reads its digit rows while DeepSpeed has gathered them: a fused cross-entropy "
+                "kernel (liger_fused_linear_cross_entropy, cut_cross_entropy) reads lm_head.weight without calling "
+                "the head. Under ZeRO-3 use plain cross-entropy, or shard with FSDP2 (examples/*/paper-full-fsdp.yml), "
+                "which keeps fused kernels"
+            )
         if not self.reader.captured():
             read_before = isinstance(self.reader, _NumberTokenReader) and self.reader.slots is not None
             raise DigitCaptureError(
@@ -583,3 +660,4 @@ class DigitLogitsCapture:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._zero3_hooks = False

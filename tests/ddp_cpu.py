@@ -75,6 +75,11 @@ process group and no DDP wrapper, exactly as ``axolotl train`` on one device. (U
 is wrapped in DDP: accelerate wraps every ``MULTI_CPU`` model, whatever the process count, and with
 ``WORLD_SIZE=1`` Axolotl leaves ``ddp_find_unused_parameters`` unset, so transformers turns it on for a PEFT
 model.)
+
+A run with ``"whole": true`` runs Axolotl's whole ``axolotl.train.train`` instead, as ``axolotl train`` does: the
+final save, the model card, the plugins' ``post_train`` hooks and the end of the process group (so it must be the
+last run of a launch); it records ``logs``, ``world_size``, ``output_dir`` and whether a process group is left
+(``process_group``).
 """
 
 from __future__ import annotations
@@ -422,6 +427,22 @@ def start_deepspeed_run() -> Callable[[], None]:
     return finish
 
 
+def train_whole(config: dict) -> dict:
+    """Axolotl's ``train`` from start to end (see the module docstring)."""
+    import torch
+    from axolotl.common.datasets import load_datasets
+    from axolotl.train import train
+
+    cfg = load_cpu_config(config)
+    _, _, trainer = train(cfg=cfg, dataset_meta=load_datasets(cfg=cfg))
+    return {
+        "logs": trainer.state.log_history,
+        "world_size": trainer.accelerator.num_processes,
+        "output_dir": str(cfg.output_dir),
+        "process_group": torch.distributed.is_initialized(),
+    }
+
+
 def main(spec_path: str) -> None:
     import torch
 
@@ -445,7 +466,7 @@ def main(spec_path: str) -> None:
             if run.get("setup"):
                 module, _, attr = run["setup"].partition(":")
                 undo = getattr(importlib.import_module(module), attr)()
-            result = train_one(run["config"])
+            result = (train_whole if run.get("whole") else train_one)(run["config"])
         except Exception:  # recorded for the test to read; see the module docstring
             result = {"error": traceback.format_exc()}
         finally:

@@ -23,6 +23,8 @@ computed, not from this reasoning.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -31,6 +33,7 @@ from del_plugin.tooling.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config
 from ddp_cpu import start
+from paper_sets import write_benchmark_dir
 from trainer_checks import LOGGED_KEYS
 
 pytestmark = pytest.mark.e2e
@@ -66,9 +69,15 @@ def config(work, model_dir, data, world: int, **overrides) -> dict:
     return cpu_config(work, model_dir, data, **{**step_keys(world), **overrides})
 
 
+# the evaluation after training: the seven sets (SimulEq and SAT the fixtures of tests/test_benchmarks.py), two
+# problems each, short generations; its run is Axolotl's whole train() and ends the process group, so it goes last
+EVAL_KEYS = dict(del_eval_benchmarks="all", del_eval_limit=2, del_eval_max_new_tokens=8)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ddp")
+    benchmark_dir = write_benchmark_dir(tmp / "paper-benchmarks")
     rows = gsm8k_rows(max(ROWS) + 1)
     data = write_alpaca_jsonl(tmp / "rows.jsonl", [rows[i] for i in ROWS])
     model_dir = tiny_model_dir("llama-spm")
@@ -82,8 +91,9 @@ def runs(tmp_path_factory):
         if world == 2:
             # control: the same run with each rank dividing by its own digit count
             plan["rank_local"] = run("rank_local", setup=f"{__name__}:rank_local_digit_count")
-            # last: it may raise (see test_ddp_find_unused_parameters)
+            # last but the evaluation: it may raise (see test_ddp_find_unused_parameters)
             plan["find_unused"] = run("find_unused", ddp_find_unused_parameters=True)
+        plan["eval"] = run("eval", **EVAL_KEYS, del_eval_benchmark_dir=str(benchmark_dir)) | {"whole": True}
         return plan
 
     two = start(plan(2), tmp / "world2", nproc=2)
@@ -197,3 +207,61 @@ def test_ddp_find_unused_parameters(runs):
     one, two = runs
     for rank in (0, 1):
         assert_grads_close(ok(two["find_unused"][rank])["grads"], one["del"][0]["grads"], f"rank {rank}")
+
+
+# ------------------------------------------------------------------------------------ evaluation after training
+def eval_log(result: dict) -> dict:
+    """The entry ``del_eval_benchmarks`` logged through the trainer, or {} (none)."""
+    logged = [h for h in ok(result)["logs"] if any(k.startswith("del_eval/") for k in h)]
+    assert len(logged) <= 1, logged
+    return {k: v for k, v in logged[0].items() if k.startswith("del_eval/")} if logged else {}
+
+
+def assert_report_logged(report: dict, logged: dict) -> None:
+    """The report covers the seven sets, two problems each, and the trainer logged exactly its numbers."""
+    from del_plugin.evaluation import BENCHMARK_NAMES
+
+    assert report["status"] == "complete" and report["macc"]["label"] == "mACC"
+    assert [d["benchmark"] for d in report["datasets"]] == list(BENCHMARK_NAMES)
+    assert all(d["evaluated"] == 2 and d["status"] == "complete" for d in report["datasets"])
+    expected = {f"del_eval/{d['benchmark']}_accuracy": d["generation"]["accuracy"] for d in report["datasets"]}
+    assert logged == expected | {"del_eval/macc": pytest.approx(sum(expected.values()) / 7)}
+
+
+def test_evaluation_after_training_reports_logs_and_fills_the_model_card(runs, tmp_path):
+    from del_plugin.evaluation import cli, load_report, read_generations
+
+    one, _ = runs
+    (result,) = one["eval"]
+    out = Path(ok(result)["output_dir"])
+    report = load_report(out / "del_eval")
+    assert_report_logged(report, eval_log(result))
+    assert report["model"]["adapter"] == str(out)  # the saved adapter, read as del-eval run reads output_dir
+    card = (out / "README.md").read_text()
+    assert "<summary>See axolotl config</summary>" in card  # Axolotl's card, with the DEL section added
+    section = card[card.index("## Digit Entropy Loss (DEL)") :]
+    assert f"`del_alpha: {ALPHA:g}`" in section and "one token per digit" in section
+    assert "| GSM8K | 2 of 1,319 |" in section and "| **mACC** |" in section
+    # the command the card gives reproduces the report, problem by problem
+    command = section.split("Reproduce with:")[1].split("`")[1].split()
+    assert command[:2] == ["del-eval", "run"]
+    command = command[1 : command.index("--out")] + ["--out", str(tmp_path / "again")]
+    assert cli.main(command) == 0
+    again = {(g["dataset"], g["id"]): (g["generation"], g["correct"]) for g in read_generations(tmp_path / "again")}
+    ours = {(g["dataset"], g["id"]): (g["generation"], g["correct"]) for g in read_generations(out / "del_eval")}
+    assert again == ours and len(ours) == 14
+
+
+def test_evaluation_after_training_under_two_ranks_runs_once_on_rank_zero(runs):
+    from del_plugin.evaluation import load_report, read_generations
+
+    _, two = runs
+    rank0, rank1 = (ok(r) for r in two["eval"])  # the launch returned: no rank waited forever
+    assert rank0["world_size"] == rank1["world_size"] == 2
+    assert not rank0["process_group"] and not rank1["process_group"]
+    assert eval_log(rank1) == {}
+    out = Path(rank0["output_dir"])
+    assert rank1["output_dir"] == str(out) and [p.name for p in out.glob("del_eval*")] == ["del_eval"]
+    report = load_report(out / "del_eval")
+    assert_report_logged(report, eval_log(rank0))
+    assert len(read_generations(out / "del_eval")) == 14  # one rank wrote them, once

@@ -19,6 +19,8 @@ from pydantic import Field, create_model, field_validator, model_validator
 
 from ..core.criteria import CRITERIA, criteria_names, criterion_spec
 from ..core.places import PlaceWeighting
+from ..evaluation.benchmarks.sets import BENCHMARK_NAMES, resolve_benchmark_names
+from ..evaluation.runner import EvalSettings
 from ..hf.settings import DEFAULT_ALPHA, DELSettings
 from .logs import LOG
 
@@ -75,6 +77,21 @@ def zero_stage(deepspeed: Any) -> int | None:
         stage = (deepspeed.get("zero_optimization") or {}).get("stage")
         return int(stage) if str(stage).isdigit() else None
     return None
+
+
+# the evaluation's settings, which need del_eval_benchmarks
+EVAL_SETTING_KEYS = ("del_eval_limit", "del_eval_benchmark_dir", "del_eval_max_new_tokens")
+
+
+def _eval_names(value: Any) -> list[str] | None:
+    """The sets ``del_eval_benchmarks`` names, None when unset or not valid (pydantic runs the before-validators in
+    reverse order, so a rule may see a value another rule refuses)."""
+    if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))):
+        return None
+    try:
+        return resolve_benchmark_names(value)
+    except ValueError:
+        return None
 
 
 def _refuse(problem: str) -> None:
@@ -169,6 +186,33 @@ class DELArgs(CriterionParamArgs):
     del_decimal_base: float | None = _finite(
         f"Base of the decimal-place weight u = base**(i-1), in [1, 10]; default {PlaceWeighting.decimal_base} "
         "(the paper's)."
+    )
+    del_eval_benchmarks: list[str] | str | None = Field(
+        default=None,
+        json_schema_extra={
+            "description": "Score the trained model on the paper's benchmarks when training ends (rank 0, the saved "
+            f"model, as `del-eval run --model output_dir` does): `all` or a list of {', '.join(BENCHMARK_NAMES)}. "
+            "Writes output_dir/del_eval/report.json, logs del_eval/<set>_accuracy and del_eval/macc, and adds the "
+            "scores to the model card (docs/evaluation.md)."
+        },
+    )
+    del_eval_limit: int | None = Field(
+        default=None,
+        json_schema_extra={"description": "Score the first N problems of each set (default: all)."},
+    )
+    del_eval_benchmark_dir: str | None = Field(
+        default=None,
+        json_schema_extra={
+            "description": "Folder holding simuleq/simuleq.json and sat/sat.json, the two sets not shipped with "
+            "del-plugin (needed when del_eval_benchmarks names them)."
+        },
+    )
+    del_eval_max_new_tokens: int | None = Field(
+        default=None,
+        json_schema_extra={
+            "description": f"Longest generation of the evaluation (default {EvalSettings.max_new_tokens}, as "
+            "del-eval run's; the paper allows 1500)."
+        },
     )
 
     @model_validator(mode="before")
@@ -336,6 +380,89 @@ class DELArgs(CriterionParamArgs):
             _refuse("DEL does not support sequence/context parallelism; set context_parallel_size: 1")
         if data.get("orpo_alpha"):
             _refuse("DEL does not support ORPO (`orpo_alpha`)")
+
+    @model_validator(mode="before")
+    @classmethod
+    @_when_enabled
+    def refuse_eval_settings_without_benchmarks(cls, data: dict) -> None:
+        """``del_eval_limit``, ``del_eval_benchmark_dir`` or ``del_eval_max_new_tokens`` without
+        ``del_eval_benchmarks`` would evaluate nothing."""
+        keys = [k for k in EVAL_SETTING_KEYS if data.get(k) is not None]
+        if keys and data.get("del_eval_benchmarks") is None:
+            _refuse(
+                f"{', '.join(f'`{k}`' for k in keys)} set without `del_eval_benchmarks`, so nothing would be "
+                "evaluated; add `del_eval_benchmarks: all` (or a list of sets), or remove them"
+            )
+
+    @model_validator(mode="before")
+    @classmethod
+    @_when_enabled
+    def check_eval_benchmark_names(cls, data: dict) -> None:
+        """``del_eval_benchmarks``: ``all`` or known set names (the closest one named for a typo)."""
+        value = data.get("del_eval_benchmarks")
+        if value is None:
+            return
+        if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))):
+            _refuse(f"`del_eval_benchmarks` must be `all` or a list of set names, got {value!r}")
+        try:
+            resolve_benchmark_names(value)
+        except ValueError as err:
+            _refuse(f"`del_eval_benchmarks`: {err}")
+
+    @model_validator(mode="before")
+    @classmethod
+    @_when_enabled
+    def check_eval_counts(cls, data: dict) -> None:
+        """``del_eval_limit`` and ``del_eval_max_new_tokens`` are whole numbers >= 1."""
+        for key in ("del_eval_limit", "del_eval_max_new_tokens"):
+            value = data.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                _refuse(f"`{key}` must be a whole number >= 1, got {value!r}")
+
+    @model_validator(mode="before")
+    @classmethod
+    @_when_enabled
+    def check_eval_sets_are_readable(cls, data: dict) -> None:
+        """Every set ``del_eval_benchmarks`` names is found and read now, not after training: SimulEq and SAT from
+        ``del_eval_benchmark_dir``."""
+        names = _eval_names(data.get("del_eval_benchmarks"))
+        if not names:
+            return  # nothing asked, or names that check_eval_benchmark_names refuses
+        from ..evaluation.benchmarks.sets import BENCHMARKS, benchmark_path, load_benchmark
+
+        directory = data.get("del_eval_benchmark_dir")
+        for name in names:
+            try:
+                if BENCHMARKS[name].shipped:
+                    benchmark_path(BENCHMARKS[name], directory)
+                else:
+                    load_benchmark(name, directory)
+            except (FileNotFoundError, ValueError) as err:
+                fix = (
+                    str(err)
+                    .replace("pass --benchmark-dir DIR", "set `del_eval_benchmark_dir: DIR`")
+                    .replace("--benchmark-dir", "del_eval_benchmark_dir")
+                )
+                _refuse(f"`del_eval_benchmarks` names {name}: {fix}")
+        if directory is not None and all(BENCHMARKS[n].shipped for n in names):
+            LOG.warning(
+                "del_plugin: `del_eval_benchmark_dir` is not used: `del_eval_benchmarks` names no set read from it "
+                "(simuleq, sat)"
+            )
+
+    @model_validator(mode="before")
+    @classmethod
+    @_when_enabled
+    def check_eval_extra_installed(cls, data: dict) -> None:
+        """The evaluation's packages (``del-plugin[eval]``), checked before training rather than after it."""
+        if data.get("del_eval_benchmarks") is None:
+            return
+        from ..evaluation.report import require_eval_extra
+
+        try:
+            require_eval_extra()
+        except ImportError as err:
+            _refuse(f"`del_eval_benchmarks`: {err}")
 
     @model_validator(mode="after")
     def fill_defaults(self):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 from axolotl.integrations.base import BasePlugin
 
 from .args import PLUGIN_NAME, cce_folds_lora_head, fused_cross_entropy, lora_targets_head, plugin_enabled
@@ -63,13 +65,17 @@ class DELPlugin(BasePlugin):
         if plugin_enabled(cfg):
             check_axolotl_version()
 
-    def get_input_args(self) -> str | None:
-        # the plugin may be registered twice (discovered, and listed under another spelling of its path): Axolotl
-        # would then merge DELArgs into the config class twice, which Python refuses
+    def _is_first(self) -> bool:
+        """Whether this is the first DELPlugin the PluginManager holds: the plugin may be registered twice
+        (discovered, and listed under another spelling of its path), and a hook must act once."""
         from axolotl.integrations.base import PluginManager
 
         first = next((p for p in PluginManager().plugins.values() if isinstance(p, DELPlugin)), self)
-        return "del_plugin.axolotl.args.DELArgs" if first is self else None
+        return first is self
+
+    def get_input_args(self) -> str | None:
+        # registered twice, Axolotl would merge DELArgs into the config class twice, which Python refuses
+        return "del_plugin.axolotl.args.DELArgs" if self._is_first() else None
 
     def pre_model_load(self, cfg):
         """Check Axolotl's own tokenizer (added tokens and all) before the model is loaded. Config validation
@@ -93,3 +99,24 @@ class DELPlugin(BasePlugin):
         from .trainer import DELTrainer
 
         return DELTrainer
+
+    def post_trainer_create(self, cfg, trainer):
+        if plugin_enabled(cfg) and cfg.get("del_eval_benchmarks") and self._is_first():
+            # a weak reference: the plugin is process-wide and must not keep a finished run's model alive
+            self._eval_trainer = weakref.ref(trainer)
+            self._post_train_calls = 0
+
+    def post_train(self, cfg, model):
+        """The evaluation of ``del_eval_benchmarks``, at Axolotl's second ``post_train``: after the final save,
+        the model card and the end of the process group, on rank 0 (:mod:`.evaluation` says why there)."""
+        trainer = getattr(self, "_eval_trainer", lambda: None)()
+        if trainer is None or not plugin_enabled(cfg) or not cfg.get("del_eval_benchmarks"):
+            return
+        self._post_train_calls += 1
+        if self._post_train_calls < 2:
+            return  # the first call comes right after trainer.train(), before the final save
+        self._eval_trainer = lambda: None
+        if trainer.is_world_process_zero():
+            from .evaluation import evaluate_after_training
+
+            evaluate_after_training(cfg, trainer)

@@ -4,12 +4,17 @@ benchmarks, and side-by-side comparison of reports.
   del-eval run --model MODEL [--adapter ADAPTER] --data test.jsonl [more.jsonl ...] --out DIR [--limit N]
   del-eval run --model MODEL --benchmarks all --benchmark-dir DIR --out DIR [--program-of-thought]
   del-eval score --benchmark gsm8k --predictions preds.jsonl --out DIR
+  del-eval score --lm-eval-samples LM_EVAL_OUTPUT_DIR --out DIR [--benchmark-dir DIR]
+  del-eval lm-eval-tasks --out TASK_DIR [--benchmark-dir DIR] [--prompt-format alpaca|chat]
   del-eval compare DIR_OR_REPORT.json [...] --out DIR [--labels base MLE DEL]
 
 run writes DIR/report.json, report.md, generations.jsonl and plots, and resumes a stopped run in the same DIR.
 score scores generations made elsewhere ({"id", "output"} per line) without a model. compare writes
 DIR/comparison.md, comparison.json and the same plots with one entry per report. docs/evaluation.md has the
 details: the scoring rules per benchmark, the report schema, the program-of-thought sandbox and its limits.
+
+lm-eval-tasks writes the seven sets as lm-evaluation-harness tasks (lm_eval --tasks del_paper --include_path DIR);
+score --lm-eval-samples scores what `lm_eval ... --log_samples` wrote.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="del-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,score,compare}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,score,compare,lm-eval-tasks}")
 
     run = commands.add_parser(
         "run",
@@ -91,8 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
         description='Score a JSONL of {"id": problem index (0-based) in the set\'s file, "output": text} '
         "against a benchmark, without a model; writes the report del-eval run writes.",
     )
-    score.add_argument("--benchmark", required=True, help=_BENCHMARKS_HELP)
-    score.add_argument("--predictions", required=True, help='JSONL file, one {"id", "output"} per line')
+    score.add_argument("--benchmark", help=_BENCHMARKS_HELP)
+    score.add_argument("--predictions", help='JSONL file, one {"id", "output"} per line')
+    score.add_argument(
+        "--lm-eval-samples",
+        metavar="DIR",
+        help="instead of --benchmark/--predictions: the --output_path of `lm_eval ... --log_samples` run on the "
+        "del_* tasks of `del-eval lm-eval-tasks` (or on lm-eval's gsm8k); every set found there is scored",
+    )
     score.add_argument("--out", required=True, help="output folder (a report there is replaced)")
     score.add_argument("--benchmark-dir", help="folder with simuleq/simuleq.json and sat/sat.json")
     score.add_argument("--name", help="name in reports (default: the predictions file name)")
@@ -101,6 +112,33 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="EXECUTE outputs that hold a Python program (limited subprocess, not a security boundary) and read "
         "what they print as the answer",
+    )
+
+    lm_eval_tasks = commands.add_parser(
+        "lm-eval-tasks",
+        help="write the paper's seven sets as lm-evaluation-harness tasks",
+        description="Task YAMLs del_gsm8k ... del_mmlu_math and the group del_paper (its acc is mACC), with "
+        "del-eval run's prompts, greedy decoding, stop strings and answer readers, reading the same local files. "
+        "Run them with: lm_eval --model hf|vllm --model_args pretrained=MODEL --tasks del_paper --include_path DIR "
+        "(--apply_chat_template for --prompt-format chat) --log_samples --output_path OUT, then "
+        "del-eval score --lm-eval-samples OUT.",
+    )
+    lm_eval_tasks.add_argument("--out", required=True, help="folder the tasks are written to")
+    lm_eval_tasks.add_argument(
+        "--benchmarks", default="all", help=f"comma-separated sets, or all (default): {_BENCHMARKS_HELP}"
+    )
+    lm_eval_tasks.add_argument(
+        "--benchmark-dir", help="folder with simuleq/simuleq.json and sat/sat.json (needed for those two sets)"
+    )
+    lm_eval_tasks.add_argument(
+        "--prompt-format",
+        choices=("alpaca", "chat"),
+        default="alpaca",
+        help="alpaca: Axolotl's alpaca prompt, the paper's (default); chat: the model's chat template, applied by "
+        "lm_eval --apply_chat_template",
+    )
+    lm_eval_tasks.add_argument(
+        "--max-new-tokens", type=int, default=256, help="longest generation, as del-eval run's (default: 256)"
     )
 
     compare = commands.add_parser("compare", help="side-by-side tables and plots of several reports")
@@ -157,6 +195,19 @@ def _score(args: argparse.Namespace) -> int:
     from .score import score_predictions
 
     out = Path(args.out)
+    if args.lm_eval_samples:
+        if args.benchmark or args.predictions or args.program_of_thought:
+            raise ValueError(
+                "--lm-eval-samples reads the sets and generations from lm-eval's samples: give it without "
+                "--benchmark, --predictions and --program-of-thought"
+            )
+        from .lm_eval_samples import score_lm_eval_samples
+
+        report = score_lm_eval_samples(args.lm_eval_samples, out, benchmark_dir=args.benchmark_dir, name=args.name)
+        _print_written(report, out)
+        return 0
+    if not (args.benchmark and args.predictions):
+        raise ValueError("score needs --benchmark and --predictions (or --lm-eval-samples DIR)")
     report = score_predictions(
         args.benchmark,
         args.predictions,
@@ -166,6 +217,28 @@ def _score(args: argparse.Namespace) -> int:
         program_of_thought=args.program_of_thought,
     )
     _print_written(report, out)
+    return 0
+
+
+def _lm_eval_tasks(args: argparse.Namespace) -> int:
+    from .lm_eval_tasks import GROUP, write_lm_eval_tasks
+
+    written = write_lm_eval_tasks(
+        args.out,
+        benchmarks=args.benchmarks,
+        benchmark_dir=args.benchmark_dir,
+        prompt_format=args.prompt_format,
+        max_new_tokens=args.max_new_tokens,
+    )
+    for path in written:
+        print(f"wrote {path}")
+    # a chat template writes its own special tokens: del-eval run adds none to it
+    chat = ",add_bos_token=False --apply_chat_template" if args.prompt_format == "chat" else ""
+    sets = f" --benchmark-dir {args.benchmark_dir}" if args.benchmark_dir else ""
+    print(
+        f"run: lm_eval --model hf --model_args pretrained=MODEL{chat} --tasks {GROUP} --include_path {args.out} "
+        f"--log_samples --output_path OUT\nthen: del-eval score --lm-eval-samples OUT{sets} --out REPORT_DIR"
+    )
     return 0
 
 
@@ -209,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     previous_handler = stop_cleanly_on_sigterm()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return {"run": _run, "score": _score, "compare": _compare}[args.command](args)
+        commands = {"run": _run, "score": _score, "compare": _compare, "lm-eval-tasks": _lm_eval_tasks}
+        return commands[args.command](args)
     except (FileNotFoundError, ValueError) as err:
         # bad input: a clear message, not a traceback (a partial report, if any, is already written)
         print(f"del-eval: error: {err}", file=sys.stderr)

@@ -33,7 +33,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def _title(entry: dict) -> str:
+def benchmark_title(entry: dict) -> str:
     benchmark = entry.get("benchmark")
     title = BENCHMARKS[benchmark].title if benchmark in BENCHMARKS else entry["name"]
     source = entry.get("source") or {}
@@ -127,7 +127,9 @@ def _program_lines(entries: Sequence[dict]) -> list[str]:
     for e in entries:
         pot = (e.get("generation") or {}).get("program_of_thought")
         if pot:
-            rows.append([_title(e)] + [str(pot[k]) for k in ("asked", "programs", "ran", "answered", "cot_fallback")])
+            rows.append(
+                [benchmark_title(e)] + [str(pot[k]) for k in ("asked", "programs", "ran", "answered", "cot_fallback")]
+            )
     if not rows:
         return []
     header = ["set", "asked", "wrote a program", "program ran", "answered", "chain-of-thought fallback"]
@@ -156,7 +158,7 @@ def _benchmark_section(report: dict) -> list[str]:
     if not entries:
         return []
     entries.sort(key=lambda e: BENCHMARK_NAMES.index(e["benchmark"]))
-    rows = [[_title(e)] + _benchmark_cells(e) for e in entries]
+    rows = [[benchmark_title(e)] + _benchmark_cells(e) for e in entries]
     macc = report.get("macc")
     if macc and macc.get("value") is not None:
         rows.append([f"**{macc['label']}**", "", f"**{fmt(macc['value'], 'pct')}**", "", "", "", ""])
@@ -278,7 +280,7 @@ def comparison_markdown(reports: Sequence[dict], labels: Sequence[str]) -> str:
     lines += _paper_table(reports, labels)
     for entries in dataset_entries(reports, labels, benchmarks=True).values():
         rows = [[label] + _benchmark_cells(e) for label, e in entries]
-        lines += ["", f"### {_title(entries[0][1])}", ""] + _table(["model", *_BENCHMARK_COLUMNS], rows)
+        lines += ["", f"### {benchmark_title(entries[0][1])}", ""] + _table(["model", *_BENCHMARK_COLUMNS], rows)
     data = dataset_entries(reports, labels, benchmarks=False)
     for set_name, entries in data.items():
         rows = [[label] + [_summary_cells(e)[c] for c in _COLUMNS] for label, e in entries]

@@ -31,6 +31,7 @@ __all__ = [
     "Regime",
     "estimate",
     "planned_runs",
+    "smoke_profile",
 ]
 
 # 0.01 x 32 accumulation steps x 4 GPUs: the authors' train_qwen.sh, converted (docs/examples.md)
@@ -100,20 +101,6 @@ ALL_PAPER_SETTINGS = (*_PAIR, "del:0.03", "del_centered:0.1", "ntl_was:0.3", "di
 _USERS_SETTINGS = (REFERENCE, "del_centered:0.1")  # the README's recommendation (docs/efficacy.md, set-ups 1-2)
 
 PROFILES: dict[str, Profile] = {
-    "smoke": Profile(
-        name="smoke",
-        description="a test of the whole path: 8 problems, 1 epoch, 2 problems per set",
-        device="cpu",
-        train_rows=8,
-        epochs=1,
-        sequence_len=256,
-        max_row_tokens=256,
-        settings={"paper": _PAIR, "users": _USERS_SETTINGS},
-        seeds=(42,),
-        eval_limit=2,
-        max_new_tokens=16,
-        eval_batch_size=4,
-    ),
     "cpu": Profile(
         name="cpu",
         description=(
@@ -149,6 +136,31 @@ PROFILES: dict[str, Profile] = {
         budget_s=8 * 60,
     ),
 }
+
+
+def smoke_profile(profile: Profile) -> Profile:
+    """``profile`` shrunk to a test of its path (``--smoke``): its first two settings per regime, one seed, 8
+    problems, one epoch, 2 problems per set; on a CPU when the profile is for a GPU (QLoRA then runs as LoRA)."""
+    return replace(
+        profile,
+        name=f"{profile.name}-smoke",
+        description=f"the path of the {profile.name} profile, shrunk to a test: 8 problems, 1 epoch, 2 per set",
+        device="cpu",
+        train_rows=8,
+        epochs=1,
+        sequence_len=256,
+        max_row_tokens=256,
+        micro_batch_size=4,
+        gradient_accumulation_steps=1,
+        settings={regime: settings[:2] for regime, settings in profile.settings.items()},
+        seeds=profile.seeds[:1],
+        regime_seeds={regime: seeds[:1] for regime, seeds in profile.regime_seeds.items()},
+        eval_limit=2,
+        max_new_tokens=16,
+        eval_batch_size=4,
+        eval_dtype="auto",
+        budget_s=None,
+    )
 
 
 def planned_runs(profile: Profile) -> list[tuple[str, str, int]]:

@@ -98,7 +98,7 @@ _PAIR = (REFERENCE, f"del:{PAPER_DEL_WEIGHT:g}")  # MLE and the paper's DEL: wha
 # del_centered at its best weight (docs/efficacy.md, set-up 1), NTL-WAS at its authors' weight, DIST2 at the
 # ablation configs' weight
 ALL_PAPER_SETTINGS = (*_PAIR, "del:0.03", "del_centered:0.1", "ntl_was:0.3", "dist2:1.28")
-_USERS_SETTINGS = (REFERENCE, "del_centered:0.1")  # the README's recommendation (docs/efficacy.md, set-ups 1-2)
+_USERS_SETTINGS = (REFERENCE, "del_centered:0.1")  # the advice's shift-invariant form (docs/choosing-del-alpha.md)
 
 PROFILES: dict[str, Profile] = {
     "cpu": Profile(
@@ -186,7 +186,7 @@ class Rates:
     source: dict = field(default_factory=dict)
 
 
-# One H200, SmolLM2-135M. No GPU has run this command yet: stated assumptions, each with its reasoning.
+# One H200, SmolLM2-135M. This command has not yet run on a GPU: stated assumptions, each with its reasoning.
 GPU_RATES = Rates(
     full_tokens_per_s=35_000,
     adapter_tokens_per_s=25_000,
@@ -195,7 +195,8 @@ GPU_RATES = Rates(
     process_start_s=15,
     source={
         "full_tokens_per_s": (
-            "measured on one H200 (issue 29, torch 2.11, bf16, sdpa): an Axolotl QLoRA step of a 443M Llama, "
+            'measured on one H200 (docs/benchmarks.md, "DEL at GPU speed"; torch 2.11, bf16, sdpa): an Axolotl '
+            "QLoRA step of a 443M Llama, "
             "8,192 tokens in 0.791 s = 10,400 tokens/s; SmolLM2-135M has 3.3x fewer weights and no 4-bit "
             "dequantisation, so 3.3 x 10,400 = 34,000, rounded to 35,000"
         ),

@@ -220,6 +220,25 @@ def test_the_extras_a_user_installs_are_ranges_that_admit_the_tested_versions():
     assert setup["options.extras_require"]["eval"].split() == ["matplotlib>=3.8,<4", "tqdm>=4.66,<5"]
 
 
+INSTALL = re.compile(r"""pip install (?:-e )?["']?([^\s"'`\[]*del-plugin)\b""")
+
+
+def test_del_plugin_is_installed_the_same_way_everywhere_a_user_reads():
+    """Every `pip install` of the plugin, with or without an extra, installs it as the README does: from the source
+    folder (a package name would look it up on an index)."""
+    readme = INSTALL.findall((REPO / "README.md").read_text(encoding="utf-8"))
+    assert readme and set(readme) == {"/path/to/del-plugin"}, readme
+    assert INSTALL.findall("pip install 'del-plugin[eval]'") == ["del-plugin"]  # the spelling it was written against
+    elsewhere = {
+        f"{path.relative_to(REPO)}: {source}"
+        for path in USER_DOCS
+        for source in INSTALL.findall(path.read_text(encoding="utf-8"))
+        if source != "/path/to/del-plugin"
+    }
+    assert elsewhere == set()
+    assert INSTALL.findall((REPO / "docs" / "evaluation.md").read_text(encoding="utf-8")), "docs/evaluation.md"
+
+
 def test_the_examples_command_writes_every_example_from_a_clone(tmp_path, capsys):
     from del_plugin.examples import main
 

@@ -40,6 +40,21 @@ def test_bad_values_name_the_key(base, key, value):
     assert key in refused(base(**{key: value}))
 
 
+@pytest.mark.parametrize(
+    "line, written",
+    [("del_alpha: 1e9", "1.0e+9"), ("del_alpha: 3e-2", "3.0e-2"), ("del_decimal_base: 1.5E0", "1.5e+0")],
+)
+def test_a_number_yaml_reads_as_a_string_is_refused_with_how_to_write_it(base, line, written):
+    import yaml
+
+    key, value = line.split(": ")
+    assert yaml.safe_load(line) == {key: value}  # PyYAML, as Axolotl loads configs: a string
+    message = refused(base(**yaml.safe_load(line)))
+    assert f"`{line}` is read by YAML as the string '{value}', not a number" in message
+    assert f"write `{key}: {written}`" in message
+    assert yaml.safe_load(f"{key}: {written}") == {key: float(value)}  # the advice is a YAML float, the same value
+
+
 CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 
 

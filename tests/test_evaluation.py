@@ -803,24 +803,67 @@ def test_prompt_format_from_an_axolotl_model_card(first, second, expected, tmp_p
         AXOLOTL_CARD.format(first=first.replace("{this}", this), second=second.replace("{this}", this))
     )
     with_template = type("Tokenizer", (), {"chat_template": "{{ messages }}"})()
-    kind, source = resolve_prompt_format("auto", with_template, [tmp_path])
-    assert kind == expected and f"{tmp_path}/README.md" in source
-    assert resolve_prompt_format("chat", with_template, [tmp_path]) == ("chat", "--prompt-format chat")
+    prompt_format, source = resolve_prompt_format("auto", with_template, [tmp_path])
+    assert prompt_format.kind == expected and f"{tmp_path}/README.md" in source
+    prompt_format, source = resolve_prompt_format("chat", with_template, [tmp_path])
+    assert (prompt_format.kind, source) == ("chat", "--prompt-format chat")
 
 
-def test_an_axolotl_config_that_decides_nothing_falls_back_to_the_tokenizer(tmp_path):
+def test_an_axolotl_config_that_decides_nothing_falls_back_to_the_tokenizer_and_says_so(tmp_path, caplog):
     from del_plugin.evaluation.axolotl_config import resolve_prompt_format
 
     mixed = f"output_dir: {tmp_path}\ndatasets:\n- path: a\n  type: alpaca\n- path: b\n  type: chat_template"
     (tmp_path / "README.md").write_text(AXOLOTL_CARD.format(first=mixed, second=mixed))
     with_template = type("Tokenizer", (), {"chat_template": "{{ messages }}"})()
-    kind, source = resolve_prompt_format("auto", with_template, [tmp_path, None])
-    assert kind == "chat"
-    assert "decides nothing" in source and "auto: the tokenizer has a chat template" in source
-    assert resolve_prompt_format("auto", object(), [tmp_path / "none"]) == (
-        "alpaca",
-        "auto: the tokenizer has no chat template",
+    with caplog.at_level("WARNING", logger="del_plugin.evaluation.axolotl_config"):
+        prompt_format, source = resolve_prompt_format("auto", with_template, [tmp_path, None])
+    assert prompt_format.kind == "chat"
+    assert source == (
+        f"the Axolotl config in {tmp_path}/README.md decides nothing: datasets[].type alpaca, chat_template is not "
+        "one of alpaca, chat_template or a format of its own (the same for every dataset); auto: the tokenizer has "
+        "a chat template"
     )
+    assert [r.getMessage() for r in caplog.records] == [
+        f"prompt format chat, which may not be the one the model was trained with: {source}"
+    ]
+    caplog.clear()
+    prompt_format, source = resolve_prompt_format("auto", object(), [tmp_path / "none"])
+    assert (prompt_format.kind, source) == ("alpaca", "auto: the tokenizer has no chat template")
+    assert caplog.records == []  # no config: nothing was overruled
+
+
+@pytest.mark.parametrize(
+    "example, tokenizer_name",
+    [("llama-3.1-8b/qlora-24gb.yml", "llama-bpe"), ("deepseek-math-7b-instruct/qlora-24gb.yml", "deepseek-llm")],
+)
+def test_auto_reads_an_axolotl_format_of_its_own_and_prompts_as_axolotl_trained(tmp_path, example, tokenizer_name):
+    """The examples that write their own `type:` (Llama-3.1's and DeepSeek-Math's chat formats): the prompt del-eval
+    sends is, token for token, the prompt part of the row Axolotl's own user-defined strategy tokenizes."""
+    import yaml
+    from axolotl.prompt_strategies import load as load_strategy
+    from axolotl.utils.dict import DictDefault
+
+    from del_plugin.evaluation.axolotl_config import resolve_prompt_format
+    from del_plugin.tooling.assets import load_tokenizer
+
+    shipped = yaml.safe_load((Path(__file__).parents[1] / "examples" / example).read_text(encoding="utf-8"))
+    saved = yaml.safe_dump({**shipped, "output_dir": str(tmp_path)}, sort_keys=False)
+    (tmp_path / "README.md").write_text(AXOLOTL_CARD.format(first="datasets: []", second=saved))
+    tokenizer = load_tokenizer(tokenizer_name)
+    custom = shipped["datasets"][0]["type"]
+
+    prompt_format, source = resolve_prompt_format("auto", tokenizer, [tmp_path])
+    assert prompt_format.kind == "custom"
+    assert source == (
+        f"the Axolotl config in {tmp_path}/README.md (datasets[].type: a format of its own, no_input_format "
+        f"{custom['no_input_format']!r})"
+    )
+    cfg = DictDefault({"train_on_inputs": False, "sequence_len": shipped["sequence_len"]})
+    strategy = load_strategy("user_defined", tokenizer, cfg, custom)
+    for row in gsm8k_rows(3):
+        tokenized = strategy.tokenize_prompt({"instruction": row["question"], "output": row["answer"]})
+        n_prompt = sum(label == -100 for label in tokenized["labels"])
+        assert prompt_format.prompt_ids(row["question"]) == tokenized["input_ids"][:n_prompt]
 
 
 @pytest.mark.e2e

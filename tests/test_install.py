@@ -47,7 +47,8 @@ def venv(tmp_path_factory) -> dict:
     source.mkdir()
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
-    shutil.copytree(REPO / "del_plugin", source / "del_plugin", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("del_plugin", "examples"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     run(
         sys.executable,
         "-m",
@@ -155,6 +156,34 @@ def test_the_installed_metadata_registers_the_plugin_and_the_commands(venv):
     for script_name in found["scripts"]:  # (tests/test_del_check.py runs del-check's main in-process)
         assert (venv["bin"] / script_name).is_file()
     assert "del_plugin.axolotl.check" in (venv["bin"] / "del-check").read_text(encoding="utf-8")
+
+
+def example_files() -> list[str]:
+    return sorted(
+        str(p.relative_to(REPO / "examples"))
+        for p in (REPO / "examples").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+
+
+def test_the_examples_ship_with_the_package_and_one_command_writes_them(venv, tmp_path):
+    """`pip install` puts every file of examples/ under <prefix>/share/del-plugin/examples; `python -m
+    del_plugin.examples DIR` writes them, byte for byte the tree's, so the docs' commands (--sweep
+    examples/compare-with-mle.yml) work outside a clone."""
+    import zipfile
+
+    with zipfile.ZipFile(venv["wheel"]) as wheel:
+        prefix = "del_plugin-0.1.0.data/data/share/del-plugin/examples/"
+        shipped = sorted(n.removeprefix(prefix) for n in wheel.namelist() if n.startswith(prefix))
+    assert shipped == example_files()
+    done = run(venv["python"], "-m", "del_plugin.examples", tmp_path / "mine", env=host_env(), cwd=tmp_path)
+    assert done.stdout.startswith(f"{len(shipped)} example files written to {tmp_path / 'mine'}/")
+    for name in shipped:
+        assert (tmp_path / "mine" / name).read_bytes() == (REPO / "examples" / name).read_bytes(), name
+    again = subprocess.run(
+        [venv["python"], "-m", "del_plugin.examples", tmp_path / "mine"], capture_output=True, text=True, env=host_env()
+    )
+    assert again.returncode == 1 and "already there; nothing written: choose another folder" in again.stderr
 
 
 AXOLOTL_PROBE = """

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from del_plugin.demo.paper import axolotl_config, eval_sets, mathinstruct_answer, smoke_profile
+from del_plugin.demo.paper import axolotl_config, eval_sets, mathinstruct_answer
 from del_plugin.demo.paper_plan import (
     GPU_RATES,
     PAPER_DEL_WEIGHT,
@@ -23,6 +23,7 @@ from del_plugin.demo.paper_plan import (
     Rates,
     estimate,
     planned_runs,
+    smoke_profile,
 )
 from del_plugin.demo.sweep import run_state, write_record
 
@@ -64,7 +65,7 @@ def test_runs_are_planned_regime_by_regime_and_seed_by_seed():
 
 def test_the_estimate_by_hand():
     profile = replace(
-        PROFILES["smoke"],
+        smoke_profile(PROFILES["cpu"]),
         train_rows=100,
         epochs=2,
         settings={"paper": ("del:0", "del:1.28"), "users": ("del:0", "del_centered:0.1")},
@@ -131,6 +132,50 @@ def test_the_smoke_path_of_the_gpu_profile():
     assert smoke.settings == {k: v[:2] for k, v in PROFILES["gpu"].settings.items()}
     assert [run[2] for run in planned_runs(smoke)] == [42] * 4
     assert REGIMES["users"].on("cpu").adapter == "lora" and REGIMES["users"].on("cuda").adapter == "qlora"
+
+
+def test_one_way_to_a_smoke_run_the_profiles_path_shrunk():
+    """`--smoke` shrinks any profile; there is no separate smoke profile to drift from it."""
+    from del_plugin.demo.paper import build_parser
+
+    assert sorted(PROFILES) == ["cpu", "gpu"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--profile", "smoke"])
+    for name, profile in PROFILES.items():
+        smoke = smoke_profile(profile)
+        assert (smoke.name, smoke.train_rows, smoke.epochs, smoke.eval_limit) == (f"{name}-smoke", 8, 1, 2)
+        assert smoke.settings == {k: v[:2] for k, v in profile.settings.items()}
+
+
+def test_the_estimate_names_the_machine_it_is_for(capsys):
+    from del_plugin.demo.paper import main
+
+    for argv, profile in ((["--profile", "cpu"], PROFILES["cpu"]), (["--profile", "gpu", "--smoke"], None)):
+        assert main([*argv, "--estimate"]) == 0
+        out = capsys.readouterr().out
+        name = "cpu" if profile else "gpu-smoke"
+        description = profile.description if profile else smoke_profile(PROFILES["gpu"]).description
+        assert out.startswith(f"{name} profile, on this machine's CPU: {description}. --estimate works out a GPU")
+        assert "profile on one H200" not in out and "training tokens per run" not in out
+    assert main(["--profile", "gpu", "--estimate"]) == 0
+    assert capsys.readouterr().out.startswith("gpu profile on one H200 (GPU_RATES")
+
+
+def test_every_demo_command_and_option_is_in_its_help(capsys):
+    """`python -m del_plugin.demo --help` names the paper and sweep commands; every option of the three commands
+    has a help text."""
+    from del_plugin.demo import paper, pipeline, sweep
+
+    for parser in (pipeline.build_parser(), sweep.build_parser(), paper.build_parser()):
+        for action in parser._actions:
+            assert action.help, (parser.prog, action.option_strings)
+    with pytest.raises(SystemExit) as stop:
+        pipeline.main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m del_plugin.demo [sweep | paper] [options]")
+    for name in ("sweep", "paper"):
+        assert f"python -m del_plugin.demo {name} [--help]" in out
 
 
 def _spec(regime: str, device: str, criterion: str = "del", alpha: float = 1.28) -> dict:
@@ -231,7 +276,7 @@ def test_the_report_pairs_each_setting_with_mle_on_the_same_seed(tmp_path):
     from del_plugin.demo.paper_report import metrics_for, write_report
 
     sets = ["gsm8k", "aqua"]
-    profile = replace(PROFILES["smoke"], settings={"paper": ("del:0", "del:1.28")}, seeds=(42, 43))
+    profile = replace(smoke_profile(PROFILES["cpu"]), settings={"paper": ("del:0", "del:1.28")}, seeds=(42, 43))
     runs = plan_runs(profile, "tiny", 42, "0" * 64, eval_spec_for(profile, None) | {"sets": sets})
     # MLE / DEL accuracies on GSM8K and AQuA, TF digit accuracy; DEL - MLE per seed: GSM8K -0.1 and -0.3,
     # AQuA +0.2 and 0.0, so mACC -> (-0.1 + 0.2) / 2 = +0.05 and (-0.3 + 0) / 2 = -0.15
@@ -265,7 +310,7 @@ def test_the_report_pairs_each_setting_with_mle_on_the_same_seed(tmp_path):
             },
         )
         (run_dir / "eval" / "generations.jsonl").write_text("")
-    files = write_report(tmp_path, profile, runs, ["--profile", "smoke"], None)
+    files = write_report(tmp_path, profile, runs, ["--smoke"], None)
     text = (tmp_path / "results.md").read_text()
     assert [f.name for f in files] == ["results.md", "summary.json", "runs.csv", "paired_paper.png"]
     summary = json.loads((tmp_path / "summary.json").read_text())

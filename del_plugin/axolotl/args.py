@@ -25,6 +25,8 @@ from ..hf.settings import DEFAULT_ALPHA, DELSettings
 from .logs import LOG
 
 PLUGIN_NAME = "del_plugin.DELPlugin"
+# a number in exponent form that YAML 1.1 reads as a string (no dot, or an unsigned exponent): 1e9, 3e-2, 1.5E3
+_EXPONENT = re.compile(r"([+-]?)(\d+)(?:\.(\d*))?[eE]([+-]?)(\d+)")
 
 
 def plugin_enabled(cfg: Any) -> bool:
@@ -281,6 +283,27 @@ class DELArgs(CriterionParamArgs):
             DELSettings.from_config(data)
         except (TypeError, ValueError) as err:
             _refuse(str(err))
+
+    # defined after check_criterion_settings: pydantic runs "before" model validators last-defined first, and this
+    # one must name the cause before that one refuses the string as "not a number"
+    @model_validator(mode="before")
+    @classmethod
+    @_when_enabled
+    def refuse_numbers_yaml_reads_as_strings(cls, data: dict) -> None:
+        """YAML 1.1, which Axolotl's loader (PyYAML) reads, takes a float only with a dot and a signed exponent:
+        ``1e9`` and ``3e-2`` are strings, and would be refused as "not a number" without saying why."""
+        for key in ("del_alpha", "del_integer_slope", "del_decimal_base", *CriterionParamArgs.model_fields):
+            value = data.get(key)
+            if not isinstance(value, str):
+                continue
+            match = _EXPONENT.fullmatch(value.strip())
+            if match:
+                sign, whole, fraction, exponent_sign, exponent = match.groups()
+                written = f"{sign}{whole}.{fraction or '0'}e{exponent_sign or '+'}{exponent}"
+                _refuse(
+                    f"`{key}: {value}` is read by YAML as the string {value!r}, not a number (YAML needs a dot and a "
+                    f"signed exponent); write `{key}: {written}`"
+                )
 
     @model_validator(mode="before")
     @classmethod

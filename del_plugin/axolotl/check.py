@@ -4,8 +4,10 @@ What it checks, in order, and stops at the first failure of the first two:
 
 1. the config: Axolotl's own validation of the whole config, with the plugin's keys and rules (bounds, a misspelled
    ``del_`` key, criteria beside kernels, a LoRA head beside Liger's fused kernel, a fused kernel under ZeRO-3,
-   training modes), for the hardware the config is meant for (``--gpus``, ``--compute-capability``; the local GPU
-   when there is one);
+   training modes), for the hardware the config is meant for (``--gpu`` or ``--compute-capability``, ``--gpus``;
+   the local GPU when there is one and neither is given; else the examples' card), and what that card can train:
+   ``bf16`` as Axolotl checks it (its "Training will fail" warning, below compute capability 8.0), ``tf32`` as
+   transformers does;
 2. the tokenizer's digit layout, read from the tokenizer files (one token per digit, or complete 1-3-digit number
    tokens), and the model type from the model's ``config.json`` (in DEL's architecture table, or measured at the
    first step), from a local folder: ``--local HUB_ID=FOLDER`` stands a folder in for a hub id the config names
@@ -13,16 +15,24 @@ What it checks, in order, and stops at the first failure of the first two:
 3. the kernels the config switches on: Axolotl's own support table for the model type (Cut Cross Entropy, Liger),
    and for a LoRA adapter on ``lm_head`` beside Cut Cross Entropy, whether the installed fork folds it in.
 
+What torch, bitsandbytes, Axolotl and the other host libraries log or warn while it runs is held back (their
+deprecations and offline notices are not about the config); ``--verbose`` shows it.
+
 Exit status: 0 everything checked and passed; 1 a check failed (the message names the key and the fix); 2 nothing
-failed but something could not be checked here (a hub id with no local folder); the report says which.
+failed but something could not be checked here (a hub id with no local folder); 3 nothing was checked: the command
+line or the file cannot be used (no such file, a folder, not UTF-8, not YAML, not a config), with a one-line error.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import re
 import sys
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -33,16 +43,101 @@ os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 
 SOURCE_KEYS = ("base_model", "base_model_config", "tokenizer_config")
 OK, FAILED, SKIPPED = "ok", "FAILED", "not checked"
+PASSED, CHECK_FAILED, PARTLY_CHECKED, UNUSABLE_INPUT = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A training card: its compute capability (major, minor) and what it is called."""
+
+    major: int
+    minor: int
+    label: str | None = None
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.major}{self.minor}"
+
+    def capabilities(self, n_gpu: int) -> dict:
+        """Axolotl's ``capabilities`` for ``n_gpu`` of this card, by the rules its ``gpu_capabilities`` reads from a
+        real one: bf16 and tf32 from compute capability 8.0 (torch's ``is_bf16_supported``, transformers'
+        ``is_torch_tf32_available``), fp8 from 9.0 (Axolotl's ``compute_supports_fp8``)."""
+        return {
+            "bf16": self.major >= 8,
+            "fp8": (self.major, self.minor) >= (9, 0),
+            "tf32": self.major >= 8,
+            "n_gpu": n_gpu,
+            "compute_capability": self.sm,
+        }
+
+
+# ``--gpu`` names: NVIDIA's published compute capabilities
+GPUS = {
+    "v100": Gpu(7, 0, "V100"),
+    "t4": Gpu(7, 5, "T4"),
+    "rtx2080ti": Gpu(7, 5, "RTX 2080 Ti"),
+    "titan-rtx": Gpu(7, 5, "TITAN RTX"),
+    "a100": Gpu(8, 0, "A100"),
+    "a30": Gpu(8, 0, "A30"),
+    "rtx3090": Gpu(8, 6, "RTX 3090"),
+    "a10": Gpu(8, 6, "A10 / A10G"),
+    "a40": Gpu(8, 6, "A40"),
+    "a6000": Gpu(8, 6, "RTX A6000"),
+    "rtx4090": Gpu(8, 9, "RTX 4090"),
+    "l4": Gpu(8, 9, "L4"),
+    "l40s": Gpu(8, 9, "L40S"),
+    "rtx6000-ada": Gpu(8, 9, "RTX 6000 Ada"),
+    "h100": Gpu(9, 0, "H100"),
+    "h200": Gpu(9, 0, "H200"),
+    "gh200": Gpu(9, 0, "GH200"),
+    "b200": Gpu(10, 0, "B200"),
+    "rtx5090": Gpu(12, 0, "RTX 5090"),
+}
+# the examples' cards when neither --gpu nor --compute-capability is given: the QLoRA examples are written for one
+# 24 GB card (RTX 3090 / 4090, A10, L4: compute capability 8.6 or 8.9), the FSDP2 reproductions for 8 A100s
+DEFAULT_SINGLE = Gpu(8, 6, "RTX 3090 / A10 (24 GB)")
+DEFAULT_SHARDED = Gpu(8, 0, "A100")
+
+_CAPABILITY = re.compile(r"(?:sm_?|compute_)?(\d{1,3})(?:[.,] ?(\d))?[af]?")
+
+
+def parse_compute_capability(text: str) -> Gpu:
+    """A compute capability as nvidia-smi (``8.9``), torch (``(8, 9)``, ``sm_89``) or by hand (``89``) writes it;
+    ``ValueError`` naming the forms otherwise. Majors 3 to 15 and minors 0 to 9 are CUDA's (3.0 Kepler to 12.x
+    Blackwell, with room for the next); a lone digit (``9``, ``sm_9``) is ambiguous and refused."""
+    value = text.strip().lower().removeprefix("(").removesuffix(")").strip()
+    match = _CAPABILITY.fullmatch(value)
+    if match and match.group(2) is None:
+        digits = match.group(1)
+        major, minor = (int(digits[:-1]), int(digits[-1])) if len(digits) >= 2 else (None, None)
+    elif match:
+        major, minor = int(match.group(1)), int(match.group(2))
+    else:
+        major = minor = None
+    if major is None or not 3 <= major <= 15:
+        raise ValueError(
+            f"--compute-capability {text!r}: not a CUDA compute capability; write it as nvidia-smi "
+            "(`nvidia-smi --query-gpu=compute_cap --format=csv`) or torch prints it: 8.9, 89, sm_89 or (8, 9)"
+        )
+    return Gpu(major, minor)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # exit 3, not argparse's 2, which del-check uses for "partly checked"
+        self.print_usage(sys.stderr)
+        self.exit(UNUSABLE_INPUT, f"{self.prog}: error: {message}\n")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="del-check",
-        description="Check an Axolotl config that uses the DEL plugin, offline: its keys (Axolotl's validation), "
-        "the tokenizer's digit layout and the model type (from local folders), and the loss kernels it switches on.",
-        epilog="Exit status: 0 all checked and passed, 1 a check failed, 2 passed but something could not be checked.",
+        description="Check an Axolotl config that uses the DEL plugin, offline: its keys (Axolotl's validation) for "
+        "the card you will train on, the tokenizer's digit layout and the model type (from local folders), and the "
+        "loss kernels it switches on.",
+        epilog="Exit status: 0 all checked and passed, 1 a check failed, 2 passed but something could not be checked, "
+        "3 nothing checked (the command line or the file cannot be used).",
     )
-    parser.add_argument("config", type=Path, help="the Axolotl YAML")
+    parser.add_argument("config", type=Path, help="the Axolotl YAML you train with")
     parser.add_argument(
         "--local",
         action="append",
@@ -51,15 +146,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="read the model or tokenizer the config names as HUB_ID from FOLDER (config.json, tokenizer files); "
         "repeatable",
     )
-    parser.add_argument(
-        "--gpus", type=int, default=None, help="GPUs the run is for (default: the local count, else 1; 8 for FSDP)"
+    card = parser.add_mutually_exclusive_group()
+    card.add_argument(
+        "--gpu",
+        choices=sorted(GPUS),
+        metavar="NAME",
+        help=f"the card you will train on, by name: {', '.join(sorted(GPUS))}",
+    )
+    card.add_argument(
+        "--compute-capability",
+        metavar="CC",
+        help="the card you will train on, by compute capability, in any form nvidia-smi or torch prints: 8.9, 89, "
+        "sm_89 or (8, 9). Default (without --gpu, on a machine without a GPU): 8.6, a 24 GB RTX 3090 or A10 as the "
+        "QLoRA examples are written for; 8.0 (A100) for an FSDP or DeepSpeed config",
     )
     parser.add_argument(
-        "--compute-capability",
-        default="sm_90",
-        help="the training GPUs' compute capability when this machine has none (default sm_90: bf16, tf32)",
+        "--gpus",
+        type=int,
+        default=None,
+        help="how many GPUs the run is for (default: the local count, else 1; 8 for an FSDP or DeepSpeed config)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="also show what torch, bitsandbytes and Axolotl log while checking"
     )
     args = parser.parse_args(argv)
+    if args.gpus is not None and args.gpus < 1:
+        parser.error(f"--gpus {args.gpus}: at least 1")
+    args.card = None
+    if args.gpu:
+        args.card = GPUS[args.gpu]
+    elif args.compute_capability is not None:
+        try:
+            args.card = parse_compute_capability(args.compute_capability)
+        except ValueError as err:
+            parser.error(str(err))
     args.mapping = {}
     for item in args.local:
         hub_id, sep, folder = item.partition("=")
@@ -71,12 +191,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _sharded(cfg: dict) -> bool:
+    return bool(cfg.get("fsdp_config") or cfg.get("fsdp") or cfg.get("deepspeed"))
+
+
 def hardware(args: argparse.Namespace, cfg: dict) -> tuple[dict, dict, str]:
-    """Axolotl's (capabilities, env_capabilities) and a sentence saying what they describe."""
+    """Axolotl's (capabilities, env_capabilities) and a sentence saying what they describe: the card named by
+    ``--gpu`` / ``--compute-capability``, else this machine's GPU, else the examples' card."""
     import torch
 
     env = {"torch_version": torch.__version__.split("+")[0]}
-    if torch.cuda.is_available():
+    if args.card is None and torch.cuda.is_available():
         from axolotl.cli.config import gpu_capabilities
 
         capabilities, env = gpu_capabilities()
@@ -84,17 +209,130 @@ def hardware(args: argparse.Namespace, cfg: dict) -> tuple[dict, dict, str]:
             capabilities["n_gpu"] = args.gpus
         gpu = capabilities["compute_capability"]
         return capabilities, env, f"this machine's GPU ({gpu}), {capabilities['n_gpu']} GPU(s)"
-    gpus = args.gpus or (8 if cfg.get("fsdp_config") or cfg.get("fsdp") else 1)
-    major = int(args.compute_capability.removeprefix("sm_")[:-1] or 0)
-    capabilities = {
-        "bf16": major >= 8,
-        "fp8": major >= 9,
-        "tf32": major >= 8,
-        "n_gpu": gpus,
-        "compute_capability": args.compute_capability,
-    }
-    described = f"{gpus} GPU(s) of compute capability {args.compute_capability} (--gpus, --compute-capability)"
-    return capabilities, env, described
+    gpus = args.gpus or (8 if _sharded(cfg) else 1)
+    card = args.card or (DEFAULT_SHARDED if _sharded(cfg) else DEFAULT_SINGLE)
+    cc = f"compute capability {card.major}.{card.minor}"
+    described = f"{gpus} x {card.label}, {cc}" if card.label else f"{gpus} GPU(s) of {cc}"
+    if args.card is None:
+        described += ", the examples' card (set yours with --gpu or --compute-capability, and --gpus)"
+    return card.capabilities(gpus), env, described
+
+
+class UnusableInput(Exception):
+    """The config file cannot be checked; the message names the file and the fix (one line)."""
+
+
+def _is_sweep(raw: dict) -> bool:
+    """An Axolotl sweep file (``axolotl train CONFIG --sweep FILE``): values to vary, each a list, ``_`` the paired
+    ones; no ``base_model``."""
+    return "base_model" not in raw and all(isinstance(value, list) for value in raw.values())
+
+
+def read_config(path: Path) -> dict:
+    """The YAML mapping at ``path``, or :class:`UnusableInput` saying why not and what to do."""
+    if path.is_dir():
+        found = sorted(p.name for p in path.iterdir() if p.suffix in (".yml", ".yaml"))
+        inside = f" (in it: {', '.join(found[:4])}{', ...' if len(found) > 4 else ''})" if found else ""
+        raise UnusableInput(f"{path} is a folder; pass the Axolotl YAML file itself{inside}")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UnusableInput(f"{path}: no such file; pass the path of the Axolotl YAML you train with") from None
+    except OSError as err:
+        raise UnusableInput(f"{path}: cannot be read ({err.strerror}); check its permissions") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise UnusableInput(
+            f"{path} is not UTF-8 text (byte 0x{data[err.start]:02x} on line {line}); save it as UTF-8"
+        ) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UnusableInput(f"{path} is not valid YAML{where}: {problem}; fix that line") from None
+    if raw is None:
+        raise UnusableInput(f"{path} is empty; pass the Axolotl YAML you train with")
+    if not isinstance(raw, dict):
+        raise UnusableInput(
+            f"{path} holds a YAML {type(raw).__name__}, not an Axolotl config (a mapping: base_model: ..., "
+            "plugins: ...)"
+        )
+    if _is_sweep(raw):
+        raise UnusableInput(
+            f"{path} is an Axolotl sweep file (values to vary), not a config: use it as `axolotl train CONFIG "
+            f"--sweep {path}` and check the config it varies, `del-check CONFIG`"
+        )
+    return raw
+
+
+def _card_refusals(cfg, capabilities: dict, axolotl_warnings: list[str]) -> list[str]:
+    """What the card cannot train: ``bf16`` by Axolotl's own check (a warning that training will fail, which
+    validation does not raise), ``tf32: true`` by transformers' (``TrainingArguments`` raises below compute
+    capability 8.0)."""
+    fix = "train on a card of compute capability 8.0 or higher (--gpu, --compute-capability)"
+    refusals = [
+        f"Axolotl warns: {message} For this card set `bf16: false` and `fp16: true`, or {fix}"
+        for message in axolotl_warnings
+        if message.startswith("bf16 requested")
+    ]
+    if cfg.tf32 is True and not capabilities.get("tf32"):
+        refusals.append(
+            '`tf32: true` needs compute capability 8.0 or higher (transformers stops with "--tf32 requires Ampere '
+            f'or a newer GPU arch"). For this card set `tf32: false`, or {fix}'
+        )
+    return refusals
+
+
+class HostOutput(contextlib.AbstractContextManager):
+    """Holds back what the host libraries log and warn (torch's deprecations, bitsandbytes' offline kernel notice,
+    Axolotl's validation notes) while del-check runs, unless ``verbose``; keeps the plugin's own warnings, and
+    records Axolotl's validation warnings for the card checks either way. The plugin's "checked again when the
+    trainer is built" is shown with ``verbose`` only: the report says what was not checked. Every handler's
+    ``handle`` decides through :meth:`keep`, so handlers that a library adds while the check runs are held too."""
+
+    def __init__(self, verbose: bool):
+        from .logs import LOGGER_NAME
+
+        self.verbose, self.ours = verbose, LOGGER_NAME
+        self.held: list[str] = []
+        self.axolotl_warnings: list[str] = []
+
+    def keep(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, "_del_check_seen", False):  # once per record, whichever handlers it reaches
+            record._del_check_seen = True
+            message = record.getMessage()
+            if record.name.startswith("axolotl.") and record.levelno >= logging.WARNING:
+                self.axolotl_warnings.append(message)
+            if not record.name.startswith(self.ours) and not self.verbose:
+                self.held.append(f"{record.name}: {message}")
+        if record.name.startswith(self.ours):
+            if "it is checked again when the trainer is built" in record.getMessage():
+                return self.verbose  # why a source could not be read; the report says what was not checked
+            return record.levelno >= logging.WARNING or self.verbose
+        return self.verbose
+
+    def __enter__(self):
+        import torch  # noqa: F401 - torch's own log handler exists from here on
+
+        host, self._handle = self, logging.Handler.handle
+
+        def handle(handler: logging.Handler, record: logging.LogRecord):
+            return host._handle(handler, record) if host.keep(record) else False
+
+        logging.Handler.handle = handle
+        self._warnings = warnings.catch_warnings(record=not self.verbose)
+        self._warned = self._warnings.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        logging.Handler.handle = self._handle
+        self._warnings.__exit__(*exc)
+        self.held += [f"{w.category.__name__}: {w.message}" for w in self._warned or []]
+        return False
 
 
 def reasons(err: Exception) -> str:
@@ -109,13 +347,6 @@ def reasons(err: Exception) -> str:
     return "\n".join("  " + line for message in messages for line in message.splitlines())
 
 
-class _Postponed(logging.Filter):
-    """Drops the plugin's "checked again when the trainer is built": here the report says what was not checked."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "it is checked again when the trainer is built" not in record.getMessage()
-
-
 class Report:
     def __init__(self):
         self.lines: list[tuple[str, str, str]] = []
@@ -126,26 +357,24 @@ class Report:
 
     def status(self) -> int:
         statuses = {status for status, _, _ in self.lines}
-        return 1 if FAILED in statuses else 2 if SKIPPED in statuses else 0
+        return CHECK_FAILED if FAILED in statuses else PARTLY_CHECKED if SKIPPED in statuses else PASSED
 
 
-def check(args: argparse.Namespace) -> Report:
+def check(args: argparse.Namespace, host: HostOutput) -> Report:
     from .args import PLUGIN_NAME, cce_folds_lora_head, fused_cross_entropy, lora_targets_head, plugin_enabled
 
     report = Report()
-    with open(args.config, encoding="utf-8") as handle:
-        raw = yaml.safe_load(handle) or {}
-    if not isinstance(raw, dict):
-        report.add(FAILED, "config", f"{args.config} is not a YAML mapping")
-        return report
+    raw = read_config(args.config)
+    hub_ids = {}  # the folder standing in for a hub id -> the hub id, to name it in the report
     for key in SOURCE_KEYS:
         if raw.get(key) in args.mapping:
+            hub_ids[args.mapping[raw[key]]] = raw[key]
             raw[key] = args.mapping[raw[key]]
     if not plugin_enabled(raw) and not any(str(k).startswith("del_") for k in raw):
         report.add(FAILED, "plugin", f"{args.config} does not list {PLUGIN_NAME} in `plugins`; DEL would not run")
         return report
 
-    # 1. the keys, by Axolotl's own validation (the plugin's validators run inside it)
+    # 1. the keys, by Axolotl's own validation (the plugin's validators run inside it), and what the card can train
     from axolotl.utils.config import prepare_plugins, validate_config
     from axolotl.utils.dict import DictDefault
 
@@ -158,9 +387,15 @@ def check(args: argparse.Namespace) -> Report:
 
         PluginManager.get_instance().register(PLUGIN_NAME)
         prepare_plugins(cfg)
+        host.axolotl_warnings.clear()
         cfg = validate_config(cfg, capabilities=capabilities, env_capabilities=env)
     except Exception as err:  # noqa: BLE001 - pydantic's ValidationError, ValueError, ImportError: all a refusal
         report.add(FAILED, "validation", f"Axolotl's validation for {described} refused the config:\n{reasons(err)}")
+        return report
+    refusals = _card_refusals(cfg, capabilities, host.axolotl_warnings)
+    if refusals:
+        lines = "\n".join("  " + line for line in refusals)
+        report.add(FAILED, "validation", f"Axolotl's validation for {described}: training would fail there:\n{lines}")
         return report
     from ..hf.settings import DELSettings
 
@@ -176,13 +411,12 @@ def check(args: argparse.Namespace) -> Report:
     from .source_checks import check_model_source, check_tokenizer_source
 
     trust, revision = bool(cfg.trust_remote_code), cfg.revision_of_model
-    hint = "not a local folder, nor in the Hugging Face cache; pass --local {source}=FOLDER"
     tokenizer_source = str(cfg.tokenizer_config or cfg.base_model)
     vocab = check_tokenizer_source(
         tokenizer_source, use_fast=cfg.tokenizer_use_fast, trust_remote_code=trust, revision=revision
     )
     if vocab is None:
-        report.add(SKIPPED, "tokenizer", f"{tokenizer_source}: " + hint.format(source=tokenizer_source))
+        report.add(SKIPPED, "tokenizer", _not_loaded(tokenizer_source, hub_ids, TOKENIZER_FILES, "the tokenizer"))
     else:
         point = "" if vocab.decimal_point_id is not None else "; no '.' token, so no decimal places"
         report.add(OK, "tokenizer", f"{tokenizer_source}: {vocab.describe()}{point}")
@@ -190,7 +424,7 @@ def check(args: argparse.Namespace) -> Report:
     model_source = str(cfg.base_model_config or cfg.base_model)
     model_type = check_model_source(model_source, trust_remote_code=trust, revision=revision, kernels=kernels)
     if model_type is None:
-        report.add(SKIPPED, "model type", f"{model_source}: " + hint.format(source=model_source))
+        report.add(SKIPPED, "model type", _not_loaded(model_source, hub_ids, ("config.json",), "the model type"))
     else:
         from ..core.architectures import ARCHITECTURES
 
@@ -205,6 +439,25 @@ def check(args: argparse.Namespace) -> Report:
     # 3. the loss kernels
     check_kernels(report, cfg, model_type, cce_folds_lora_head, lora_targets_head)
     return report
+
+
+# any one of them makes a folder a tokenizer's (SentencePiece, byte-level BPE, WordPiece, tiktoken)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "tekken.json")
+
+
+def _not_loaded(source: str, hub_ids: dict[str, str], files: tuple[str, ...], what: str) -> str:
+    """Why ``source`` could not be read, and what to pass: a folder lacking the file ``what`` is read from, or a hub
+    id neither in a folder nor in the cache."""
+    folder = Path(source)
+    if folder.is_dir():
+        named = f" (for {hub_ids[source]})" if source in hub_ids else ""
+        if not any((folder / name).is_file() for name in files):
+            return (
+                f"{source}{named}: no {' or '.join(files)} in this folder, from which {what} is read; copy the "
+                "model's file there"
+            )
+        return f"{source}{named}: {what} could not be read from this folder (--verbose shows why)"
+    return f"{source}: not in the Hugging Face cache; pass --local {source}=FOLDER (a folder holding its files)"
 
 
 def check_kernels(report: Report, cfg, model_type, cce_folds_lora_head, lora_targets_head) -> None:
@@ -246,18 +499,23 @@ def check_kernels(report: Report, cfg, model_type, cce_folds_lora_head, lora_tar
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .logs import LOGGER_NAME
-
     args = parse_args(argv)
-    postponed = _Postponed()
-    logging.getLogger(LOGGER_NAME).addFilter(postponed)
     try:
-        report = check(args)
-    finally:
-        logging.getLogger(LOGGER_NAME).removeFilter(postponed)
-    verdict = {0: "passed", 1: "failed", 2: "passed what could be checked here"}[report.status()]
+        with HostOutput(args.verbose) as host:
+            report = check(args, host)
+    except UnusableInput as err:
+        print(f"del-check: {err}", file=sys.stderr, flush=True)
+        return UNUSABLE_INPUT
+    if host.held:
+        print(
+            f"del-check: {len(host.held)} message(s) of the host libraries held back; --verbose shows them",
+            file=sys.stderr,
+            flush=True,
+        )
+    status = report.status()
+    verdict = {PASSED: "passed", CHECK_FAILED: "failed", PARTLY_CHECKED: "passed what could be checked here"}[status]
     print(f"del-check {args.config}: {verdict}", flush=True)
-    return report.status()
+    return status
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ default) does both run by run, then the report; ``--report-only`` rewrites the r
 resumes: a trained run is not trained again, a scored run is not scored again unless the evaluation settings
 changed (then only its scoring is redone). Everything is written under ``--out``.
 
-Profiles (``--profile``, see :mod:`.paper_plan`): ``smoke`` (the whole path in minutes), ``cpu`` (about two hours of
-a 2-core CPU), ``gpu`` (one H200 in about 8 minutes; ``--smoke`` runs its path shrunk to a CPU test).
+Profiles (``--profile``, see :mod:`.paper_plan`): ``cpu`` (about two hours of a 2-core CPU), ``gpu`` (one H200 in
+about 8 minutes, estimated); ``--smoke`` runs a profile's path shrunk to minutes on a CPU, a test.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .paper_plan import PROFILES, REGIMES, Profile, planned_runs
+from .paper_plan import PROFILES, REGIMES, Profile, planned_runs, smoke_profile
 from .sweep import (
     Job,
     Setting,
@@ -53,7 +53,6 @@ __all__ = [
     "mathinstruct_answer",
     "new_record",
     "plan_runs",
-    "smoke_profile",
     "training_rows",
 ]
 
@@ -74,31 +73,6 @@ def mathinstruct_answer(gsm8k_answer: str) -> str:
         raise ValueError(f"not a GSM8K solution (no '####'): {gsm8k_answer[:60]!r}")
     rationale = re.sub(r"<<[^>]*>>", "", rationale).strip()
     return f"{rationale}\nThe answer is {final.strip()}"
-
-
-def smoke_profile(profile: Profile) -> Profile:
-    """``profile`` shrunk to a test of its path: its first two settings per regime, one seed, 8 problems, one
-    epoch, 2 problems per set; on a CPU when the profile is for a GPU (QLoRA then runs as LoRA)."""
-    return replace(
-        profile,
-        name=f"{profile.name}-smoke",
-        description=f"the path of the {profile.name} profile, shrunk to a test",
-        device="cpu",
-        train_rows=8,
-        epochs=1,
-        sequence_len=256,
-        max_row_tokens=256,
-        micro_batch_size=4,
-        gradient_accumulation_steps=1,
-        settings={regime: settings[:2] for regime, settings in profile.settings.items()},
-        seeds=profile.seeds[:1],
-        regime_seeds={regime: seeds[:1] for regime, seeds in profile.regime_seeds.items()},
-        eval_limit=2,
-        max_new_tokens=16,
-        eval_batch_size=4,
-        eval_dtype="auto",
-        budget_s=None,
-    )
 
 
 # --- data -----------------------------------------------------------------------------------------------------
@@ -454,8 +428,16 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="cpu", help="the size of the experiment")
-    parser.add_argument("--smoke", action="store_true", help="the profile's path shrunk to minutes on a CPU (a test)")
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="cpu",
+        help="the size of the experiment: "
+        + "; ".join(f"{name}, {profile.description}" for name, profile in sorted(PROFILES.items())),
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="the profile's path shrunk to minutes on a CPU: 8 problems, a test"
+    )
     parser.add_argument("--out", help="working folder, everything is written here (default: runs/paper-PROFILE)")
     parser.add_argument(
         "--model",
@@ -467,7 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the folder holding your copies of SimulEq and SAT (simuleq/simuleq.json, sat/sat.json; "
         "docs/evaluation.md); without it the five shipped sets are scored",
     )
-    parser.add_argument("--phase", choices=("train", "eval", "all"), default="all")
+    parser.add_argument(
+        "--phase",
+        choices=("train", "eval", "all"),
+        default="all",
+        help="train every planned run, score the trained ones, or both run by run (default), then the report",
+    )
     parser.add_argument(
         "--all-settings",
         action="store_true",
@@ -505,6 +492,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.estimate:
         from .paper_plan import GPU_RATES, SMOLLM2_TOKENS_PER_ROW, estimate
 
+        if profile.device != "cuda":
+            print(
+                f"{profile.name} profile, on this machine's CPU: {profile.description}. --estimate works out a GPU "
+                "profile's time (--profile gpu), from the rates of one H200 (GPU_RATES, del_plugin/demo/paper_plan.py)"
+            )
+            return 0
         print(f"{profile.name} profile on one H200 (GPU_RATES, del_plugin/demo/paper_plan.py), SmolLM2-135M:")
         for line in estimate(profile, GPU_RATES, tokens_per_row=SMOLLM2_TOKENS_PER_ROW)["lines"]:
             print("  " + line)

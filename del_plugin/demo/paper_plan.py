@@ -31,6 +31,7 @@ __all__ = [
     "Regime",
     "estimate",
     "planned_runs",
+    "smoke_profile",
 ]
 
 # 0.01 x 32 accumulation steps x 4 GPUs: the authors' train_qwen.sh, converted (docs/examples.md)
@@ -97,23 +98,9 @@ _PAIR = (REFERENCE, f"del:{PAPER_DEL_WEIGHT:g}")  # MLE and the paper's DEL: wha
 # del_centered at its best weight (docs/efficacy.md, set-up 1), NTL-WAS at its authors' weight, DIST2 at the
 # ablation configs' weight
 ALL_PAPER_SETTINGS = (*_PAIR, "del:0.03", "del_centered:0.1", "ntl_was:0.3", "dist2:1.28")
-_USERS_SETTINGS = (REFERENCE, "del_centered:0.1")  # the README's recommendation (docs/efficacy.md, set-ups 1-2)
+_USERS_SETTINGS = (REFERENCE, "del_centered:0.1")  # the advice's shift-invariant form (docs/choosing-del-alpha.md)
 
 PROFILES: dict[str, Profile] = {
-    "smoke": Profile(
-        name="smoke",
-        description="a test of the whole path: 8 problems, 1 epoch, 2 problems per set",
-        device="cpu",
-        train_rows=8,
-        epochs=1,
-        sequence_len=256,
-        max_row_tokens=256,
-        settings={"paper": _PAIR, "users": _USERS_SETTINGS},
-        seeds=(42,),
-        eval_limit=2,
-        max_new_tokens=16,
-        eval_batch_size=4,
-    ),
     "cpu": Profile(
         name="cpu",
         description=(
@@ -151,6 +138,31 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+def smoke_profile(profile: Profile) -> Profile:
+    """``profile`` shrunk to a test of its path (``--smoke``): its first two settings per regime, one seed, 8
+    problems, one epoch, 2 problems per set; on a CPU when the profile is for a GPU (QLoRA then runs as LoRA)."""
+    return replace(
+        profile,
+        name=f"{profile.name}-smoke",
+        description=f"the path of the {profile.name} profile, shrunk to a test: 8 problems, 1 epoch, 2 per set",
+        device="cpu",
+        train_rows=8,
+        epochs=1,
+        sequence_len=256,
+        max_row_tokens=256,
+        micro_batch_size=4,
+        gradient_accumulation_steps=1,
+        settings={regime: settings[:2] for regime, settings in profile.settings.items()},
+        seeds=profile.seeds[:1],
+        regime_seeds={regime: seeds[:1] for regime, seeds in profile.regime_seeds.items()},
+        eval_limit=2,
+        max_new_tokens=16,
+        eval_batch_size=4,
+        eval_dtype="auto",
+        budget_s=None,
+    )
+
+
 def planned_runs(profile: Profile) -> list[tuple[str, str, int]]:
     """``(regime, setting, seed)`` in the order they run: the paper's regime first, and within a regime every
     setting on one seed before the next seed, so that a run stopped early already holds paired comparisons."""
@@ -174,7 +186,7 @@ class Rates:
     source: dict = field(default_factory=dict)
 
 
-# One H200, SmolLM2-135M. No GPU has run this command yet: stated assumptions, each with its reasoning.
+# One H200, SmolLM2-135M. This command has not yet run on a GPU: stated assumptions, each with its reasoning.
 GPU_RATES = Rates(
     full_tokens_per_s=35_000,
     adapter_tokens_per_s=25_000,
@@ -183,7 +195,8 @@ GPU_RATES = Rates(
     process_start_s=15,
     source={
         "full_tokens_per_s": (
-            "measured on one H200 (issue 29, torch 2.11, bf16, sdpa): an Axolotl QLoRA step of a 443M Llama, "
+            'measured on one H200 (docs/benchmarks.md, "DEL at GPU speed"; torch 2.11, bf16, sdpa): an Axolotl '
+            "QLoRA step of a 443M Llama, "
             "8,192 tokens in 0.791 s = 10,400 tokens/s; SmolLM2-135M has 3.3x fewer weights and no 4-bit "
             "dequantisation, so 3.3 x 10,400 = 34,000, rounded to 35,000"
         ),

@@ -15,6 +15,7 @@ import platform
 import resource
 import shutil
 import sys
+import textwrap
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -62,9 +63,27 @@ class _Stages:
             self._name = None
 
 
+COMMANDS = {
+    "sweep": "the efficacy sweep: the demo's fine-tune over del_alpha settings and seeds, with intervals "
+    "(docs/efficacy.md, set-ups 1-2)",
+    "paper": "the paper's regime (full fine-tune at lr 5e-6) beside our users' (LoRA), on GSM8K, scored on the "
+    "paper's benchmarks (docs/efficacy.md, set-up 3)",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
+    indent = " " * 6
+    commands = "\n".join(
+        f"  python -m del_plugin.demo {name} [--help]\n"
+        + textwrap.fill(text, 100, initial_indent=indent, subsequent_indent=indent)
+        for name, text in COMMANDS.items()
+    )
     parser = argparse.ArgumentParser(
-        prog="python -m del_plugin.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m del_plugin.demo",
+        usage="python -m del_plugin.demo [sweep | paper] [options]",
+        description=__doc__,
+        epilog=f"commands (each with its own options):\n{commands}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--out",
@@ -89,12 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """The training and evaluation options shared by the demo and its sweep (``python -m del_plugin.demo sweep``)."""
-    parser.add_argument("--steps", type=int, default=100, help="optimizer steps per fine-tune")
-    parser.add_argument("--micro-batch-size", type=int, default=4)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--eval-size", type=int, default=150, help="held-out problems")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--eval-batch-size", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=100, help="optimizer steps per fine-tune (default 100)")
+    parser.add_argument("--micro-batch-size", type=int, default=4, help="training rows per step (default 4)")
+    parser.add_argument("--learning-rate", type=float, default=1e-3, help="LoRA learning rate (default 1e-3)")
+    parser.add_argument("--eval-size", type=int, default=150, help="held-out problems (default 150)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=32, help="longest generated answer, in tokens (default 32)"
+    )
+    parser.add_argument("--eval-batch-size", type=int, default=50, help="problems generated at once (default 50)")
 
 
 def _write_results(out: Path, args, argv, train_settings, reports, generations, histories, timing, wall, cpu, load):

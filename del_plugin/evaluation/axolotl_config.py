@@ -8,8 +8,11 @@ whose ``output_dir`` is the folder read wins, else the last.
 
 ``datasets[].type`` decides: ``alpaca`` for every dataset -> the alpaca prompt; ``chat_template`` for every
 dataset -> the tokenizer's chat template (Axolotl saves the tokenizer, its template included, in the same
-folder). Anything else (mixed types, other prompt strategies, no datasets) decides nothing, and ``auto`` falls
-back to the tokenizer: chat when it has a template.
+folder); the same user-defined format for every dataset (``type:`` a mapping with ``format``,
+``no_input_format``, ``system_prompt``, ... as the Llama-3.1 and DeepSeek-Math examples write theirs) -> that
+prompt (:class:`~.generation.CustomFormat`). Anything else (mixed types, other prompt strategies, no datasets)
+decides nothing: ``auto`` falls back to the tokenizer, chat when it has a template, and says so in a warning and
+in the report.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+
+from .generation import CustomFormat, PromptFormat
 
 LOG = logging.getLogger(__name__)
 
@@ -53,25 +58,35 @@ def axolotl_config_in(folder: str | Path) -> tuple[dict, Path] | None:
     return configs[-1], card
 
 
-def prompt_format_from_config(config: dict) -> tuple[str | None, str]:
-    """``(format or None, why)`` from an Axolotl config (see the module docs)."""
+def prompt_format_from_config(config: dict) -> tuple[str | CustomFormat | None, str]:
+    """``(alpaca | chat | a CustomFormat | None, why)`` from an Axolotl config (see the module docs)."""
     datasets = config.get("datasets")
     if not isinstance(datasets, list) or not datasets:
         return None, "it lists no datasets"
     types = [d.get("type") if isinstance(d, dict) else None for d in datasets]
+    if all(isinstance(t, dict) for t in types):
+        formats = {CustomFormat.from_type(t) for t in types}
+        if len(formats) == 1:
+            custom = formats.pop()
+            return custom, f"datasets[].type: a format of its own, no_input_format {custom.no_input_format!r}"
+        return None, "datasets[].type: formats of their own that differ between datasets"
     formats = {_TYPE_TO_FORMAT.get(t) if isinstance(t, str) else None for t in types}
-    shown = ", ".join(sorted({str(t) for t in types}))
+    shown = ", ".join(sorted({str(t) if not isinstance(t, dict) else "a format of its own" for t in types}))
     if len(formats) == 1 and None not in formats:
         return formats.pop(), f"datasets[].type: {shown}"
-    return None, f"datasets[].type {shown} is not one of alpaca, chat_template for every dataset"
+    return None, (
+        f"datasets[].type {shown} is not one of alpaca, chat_template or a format of its own (the same for every "
+        "dataset)"
+    )
 
 
-def resolve_prompt_format(requested: str, tokenizer, folders) -> tuple[str, str]:
-    """``(alpaca | chat, where that came from)``. ``requested`` other than ``auto`` wins; with ``auto``, the
-    Axolotl config in the first of ``folders`` (the adapter folder, then the model folder) that holds one; else
-    chat when the tokenizer has a chat template, alpaca when it has none."""
+def resolve_prompt_format(requested: str, tokenizer, folders) -> tuple[PromptFormat, str]:
+    """The prompt format and where it came from. ``requested`` other than ``auto`` wins; with ``auto``, the Axolotl
+    config in the first of ``folders`` (the adapter folder, then the model folder) that holds one; else chat when
+    the tokenizer has a chat template, alpaca when it has none, with a warning when a config was found but decided
+    nothing."""
     if requested != "auto":
-        return requested, f"--prompt-format {requested}"
+        return PromptFormat(tokenizer, requested), f"--prompt-format {requested}"
     notes = []
     for folder in folders:
         if folder is None:
@@ -81,10 +96,15 @@ def resolve_prompt_format(requested: str, tokenizer, folders) -> tuple[str, str]
             continue
         config, card = found
         kind, why = prompt_format_from_config(config)
+        if isinstance(kind, CustomFormat):
+            return PromptFormat(tokenizer, "custom", kind), f"the Axolotl config in {card} ({why})"
         if kind is not None:
-            return kind, f"the Axolotl config in {card} ({why})"
+            return PromptFormat(tokenizer, kind), f"the Axolotl config in {card} ({why})"
         notes.append(f"the Axolotl config in {card} decides nothing: {why}")
     has_template = bool(getattr(tokenizer, "chat_template", None))
     fallback = "chat" if has_template else "alpaca"
     reason = "the tokenizer has a chat template" if has_template else "the tokenizer has no chat template"
-    return fallback, "; ".join(notes + [f"auto: {reason}"])
+    source = "; ".join(notes + [f"auto: {reason}"])
+    if notes:
+        LOG.warning("prompt format %s, which may not be the one the model was trained with: %s", fallback, source)
+    return PromptFormat(tokenizer, fallback), source

@@ -5,6 +5,9 @@ Prompts follow the format the model was fine-tuned with:
 * ``chat``: the tokenizer's chat template with one user turn (the question) and the generation prompt; this is
   what Axolotl's ``type: chat_template`` trains on;
 * ``alpaca``: Axolotl's ``type: alpaca`` prompt without input ("Below is an instruction … ### Response:\\n");
+* ``custom``: a prompt of the model's own, as Axolotl's user-defined ``type:`` (a mapping with ``format``,
+  ``no_input_format``, ``system_prompt``, ...) writes it for an instruction without input (:class:`CustomFormat`);
+  only ``auto`` chooses it, from the Axolotl config saved with the model;
 * ``auto``: resolved by :func:`~.axolotl_config.resolve_prompt_format` (the Axolotl config saved with the model,
   else ``chat`` when the tokenizer has a chat template, else ``alpaca``); :class:`PromptFormat` alone, without
   the model's folder, applies the tokenizer rule.
@@ -31,6 +34,7 @@ LOG = logging.getLogger(__name__)
 __all__ = [
     "ALPACA_PROMPT",
     "STOP_STRINGS",
+    "CustomFormat",
     "LoadedModel",
     "PromptFormat",
     "generate_greedy",
@@ -117,11 +121,36 @@ def load_model(
     )
 
 
-class PromptFormat:
-    """Turns a question into prompt text and token ids, and a (prompt, solution) pair into teacher-forcing ids."""
+@dataclass(frozen=True)
+class CustomFormat:
+    """Axolotl's user-defined prompt (``datasets[].type:`` a mapping; ``axolotl/prompt_strategies/user_defined.py``,
+    whose defaults these are), for an instruction without input: the system prompt in ``system_format`` when there
+    is one, then ``no_input_format`` with the question as ``{instruction}``; Axolotl tokenizes it with the
+    tokenizer's special tokens (BOS), as the alpaca prompt."""
 
-    def __init__(self, tokenizer, kind: str = "auto"):
-        if kind not in PROMPT_FORMATS:
+    no_input_format: str = "{instruction} "
+    system_prompt: str = ""
+    system_format: str = "{system}"  # "" leaves the system prompt out, as Axolotl does
+
+    @classmethod
+    def from_type(cls, spec: dict) -> CustomFormat:
+        keys = ("no_input_format", "system_prompt", "system_format")
+        return cls(**{key: str(spec[key]) for key in keys if spec.get(key) is not None})
+
+    def text(self, question: str) -> str:
+        system = self.system_format.format(system=self.system_prompt) if self.system_prompt else ""
+        return system + self.no_input_format.format(instruction=question)
+
+
+class PromptFormat:
+    """Turns a question into prompt text and token ids, and a (prompt, solution) pair into teacher-forcing ids.
+    ``custom`` (the kind :func:`~.axolotl_config.resolve_prompt_format` gives for Axolotl's user-defined format)
+    takes its :class:`CustomFormat`."""
+
+    def __init__(self, tokenizer, kind: str = "auto", custom: CustomFormat | None = None):
+        if kind == "custom" and custom is None:
+            raise ValueError("prompt format custom needs its CustomFormat")
+        if kind not in PROMPT_FORMATS and kind != "custom":
             raise ValueError(f"prompt format must be one of {', '.join(PROMPT_FORMATS)}, got {kind!r}")
         if kind == "auto":
             kind = "chat" if getattr(tokenizer, "chat_template", None) else "alpaca"
@@ -132,18 +161,21 @@ class PromptFormat:
             )
         self.tokenizer = tokenizer
         self.kind = kind
+        self.custom = custom if kind == "custom" else None
 
     def text(self, question: str, response_prefix: str = "") -> str:
         if self.kind == "chat":
             prompt = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
             )
+        elif self.custom is not None:
+            prompt = self.custom.text(question)
         else:
             prompt = ALPACA_PROMPT.format(question=question)
         return prompt + response_prefix
 
     def _encode(self, text: str) -> list[int]:
-        # a chat template writes its own special tokens; the alpaca text gets the tokenizer's (e.g. BOS)
+        # a chat template writes its own special tokens; the alpaca and custom texts get the tokenizer's (e.g. BOS)
         return list(self.tokenizer(text, add_special_tokens=self.kind != "chat")["input_ids"])
 
     def prompt_ids(self, question: str, response_prefix: str = "") -> list[int]:

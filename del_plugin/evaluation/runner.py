@@ -142,23 +142,23 @@ def _load(model, adapter, settings: EvalSettings, report: RunReport):
     """The model, and its prompt format with where that came from (``--prompt-format``, the Axolotl config saved
     with the model, or the tokenizer)."""
     from .axolotl_config import resolve_prompt_format
-    from .generation import PromptFormat, load_model
+    from .generation import load_model
 
     started = time.perf_counter()
     lm = load_model(model, adapter, dtype=settings.dtype, device=settings.device)
     folders = [lm.adapter, str(model) if Path(model).is_dir() else None]
-    kind, source = resolve_prompt_format(settings.prompt_format, lm.tokenizer, folders)
-    LOG.info("prompt format %s (%s)", kind, source)
+    prompt_format, source = resolve_prompt_format(settings.prompt_format, lm.tokenizer, folders)
+    LOG.info("prompt format %s (%s)", prompt_format.kind, source)
     report.set_model(
         base=lm.base,
         adapter=lm.adapter,
-        prompt_format=kind,
+        prompt_format=prompt_format.kind,
         prompt_format_source=source,
         dtype=lm.dtype,
         device=lm.device,
     )
     report.add_time("load_s", time.perf_counter() - started)
-    return lm, PromptFormat(lm.tokenizer, kind)
+    return lm, prompt_format
 
 
 def _pad_id(tokenizer) -> int:

@@ -23,6 +23,7 @@ def test_accepted_values_are_kept(base, tmp_path):
             del_eval_limit=5,
             del_eval_benchmark_dir=str(directory),
             del_eval_max_new_tokens=512,
+            del_eval_allow_modified=True,  # the fixtures are not the authors' files
         )
     )
     assert (cfg.del_eval_benchmarks, cfg.del_eval_limit, cfg.del_eval_max_new_tokens) == ("all", 5, 512)
@@ -71,6 +72,15 @@ def test_a_set_missing_from_the_folder_is_refused_with_its_path(base, tmp_path):
     (tmp_path / "sat" / "sat.json").write_text('[{"question": "q?", "answer": "Z"}]')
     message = refused(base(del_eval_benchmarks=["sat"], del_eval_benchmark_dir=str(tmp_path)))
     assert "`del_eval_benchmarks` names sat:" in message and "the answer 'Z' is not a letter A-D" in message
+
+
+def test_a_set_that_is_not_the_authors_file_is_refused_unless_allowed(base, tmp_path):
+    directory = write_benchmark_dir(tmp_path)  # tests/test_benchmarks.py's fixtures, not the authors' files
+    message = refused(base(del_eval_benchmarks=["gsm8k", "sat"], del_eval_benchmark_dir=str(directory)))
+    assert f"`del_eval_benchmarks` names sat: sat: {directory}/sat/sat.json is not the authors' file" in message
+    assert "set `del_eval_allow_modified: true` to score it" in message
+    keys = dict(del_eval_benchmarks=["gsm8k", "sat"], del_eval_benchmark_dir=str(directory))
+    assert load_config(base(**keys, del_eval_allow_modified=True)).del_eval_allow_modified is True
 
 
 def test_the_keys_without_the_plugin_are_refused(base):

@@ -15,6 +15,7 @@ import torch
 from del_plugin.evaluation import cli
 from del_plugin.evaluation.answers import extract_answer, find_numbers, format_decimal, is_correct
 from del_plugin.evaluation.data import read_eval_set
+from del_plugin.evaluation.errors import OutputError
 from del_plugin.evaluation.metrics import digits_by_place, log_transform, numeric_metrics
 from del_plugin.evaluation.report import load_report
 from del_plugin.evaluation.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
@@ -367,7 +368,7 @@ def test_missing_file_is_an_error_before_any_model_is_loaded(tmp_path, capsys):
             str(tmp_path / "out"),
         ]
     )
-    assert code == 2
+    assert code == 3  # unusable input
     assert "nope.jsonl" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -558,7 +559,9 @@ def benchmark_run(digit_model, benchmark_dir, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("benchmarks") / "all"
     settings = EvalSettings(limit=2, max_new_tokens=4, batch_size=4)
-    report = evaluate(digit_model, out_dir=out, benchmarks="all", benchmark_dir=benchmark_dir, settings=settings)
+    report = evaluate(  # SimulEq and SAT are not the authors' files: allowed, and marked (checked below)
+        digit_model, out_dir=out, benchmarks="all", benchmark_dir=benchmark_dir, settings=settings, allow_modified=True
+    )
     return out, report
 
 
@@ -596,9 +599,12 @@ def test_all_seven_benchmarks_end_to_end(benchmark_run):
     for name in ("simuleq", "sat"):
         assert any(w.startswith(f"{name}: ") and "is not the authors' file" in w for w in report["warnings"])
     assert report["macc"]["value"] == pytest.approx(sum(accuracies.values()) / 7)
-    assert (report["macc"]["label"], report["macc"]["complete"]) == ("mACC", True)
+    # --limit 2: every set but the 2-problem SAT fixture is scored in part
+    assert (report["macc"]["label"], report["macc"]["complete"]) == ("mACC (partial coverage)", False)
+    assert report["macc"]["partial"] == [n for n in BENCHMARK_NAMES if n != "sat"]
     markdown = (out / "report.md").read_text()
-    assert "| **mACC** |" in markdown and "| SimulEq† |" in markdown and "The first 2 problems of each set." in markdown
+    assert "| **mACC (partial coverage)** |" in markdown and "| SimulEq† |" in markdown
+    assert "The first 2 problems of each set." in markdown and "| GSM8K | 2 of 1,319 |" in markdown
     assert (out / "benchmark_accuracy.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -607,7 +613,7 @@ def test_benchmark_reports_side_by_side(benchmark_run, tmp_path):
     table = tmp_path / "compare"
     assert cli.main(["compare", str(out), str(out), "--labels", "MLE", "DEL", "--out", str(table)]) == 0
     markdown = (table / "comparison.md").read_text()
-    header = "| model | GSM8K | MATH | SVAMP | SimulEq | AQuA | SAT | MMLU-math | mACC |"
+    header = "| model | GSM8K | MATH | SVAMP | SimulEq | AQuA | SAT | MMLU-math | mACC (partial coverage) |"
     assert header in markdown
     assert f"{100 * report['macc']['value']:.1f}% |" in markdown
     assert json.loads((table / "comparison.json").read_text())["models"][0]["macc"] == report["macc"]
@@ -634,7 +640,7 @@ def test_a_stopped_benchmark_run_resumes_from_the_sets_already_scored(digit_mode
     first = load_report(out)
     assert first["status"] == "partial"
     assert [d["status"] for d in first["datasets"]] == ["complete", "pending", "pending"]
-    assert "mACC (1 of 7 sets)" in (out / "report.md").read_text()
+    assert "mACC (1 of 7 sets, partial coverage)" in (out / "report.md").read_text()
 
     generated = []
 
@@ -655,7 +661,7 @@ def test_a_stopped_benchmark_run_resumes_from_the_sets_already_scored(digit_mode
     assert any(w.startswith("gsm8k: 2 of 2 generations hit") for w in report["warnings"])  # kept with its set
 
     other = EvalSettings(limit=2, max_new_tokens=5, batch_size=2, teacher_forced=False)
-    with pytest.raises(ValueError, match=r"holds the report of another run \(max_new_tokens: 3 there, 5 now\)"):
+    with pytest.raises(OutputError, match=r"holds the report of another run \(max_new_tokens: 3 there, 5 now\)"):
         evaluate(digit_model, out_dir=out, benchmarks="gsm8k", settings=other)
     generated.clear()
     again = evaluate(digit_model, out_dir=out, benchmarks="gsm8k", settings=other, overwrite=True)
@@ -733,7 +739,7 @@ def test_without_the_eval_extra_del_eval_stops_before_any_work(digit_model, tmp_
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if matplotlib were not installed
     out = tmp_path / "out"
     code = cli.main(["run", "--model", str(digit_model), "--benchmarks", "gsm8k", "--out", str(out)])
-    assert code == 2
+    assert code == 3
     err = capsys.readouterr().err
     assert "matplotlib" in err and "pip install 'del-plugin[eval]'" in err
     assert not out.exists()

@@ -59,7 +59,9 @@ def lm_eval_run(tmp_path_factory, benchmark_dir):
     tmp = tmp_path_factory.mktemp("lm-eval")
     tasks, out = tmp / "tasks", tmp / "out"
     argv = ["lm-eval-tasks", "--out", str(tasks), "--benchmark-dir", str(benchmark_dir), "--prompt-format", "chat"]
-    assert cli.main(argv + ["--max-new-tokens", str(NEW_TOKENS)]) == 0
+    # the SimulEq and SAT fixtures are not the authors' files: refused, then written when allowed
+    assert cli.main(argv) == 3 and not tasks.exists()
+    assert cli.main(argv + ["--max-new-tokens", str(NEW_TOKENS), "--allow-modified"]) == 0
     lm_eval_gsm8k_yaml(tasks)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     command = [
@@ -89,7 +91,14 @@ def del_eval_run(tmp_path_factory, benchmark_dir):
         dtype="float32",
         device="cpu",
     )
-    evaluate(smollm2_dir(), out_dir=out, benchmarks="all", benchmark_dir=benchmark_dir, settings=settings)
+    evaluate(
+        smollm2_dir(),
+        out_dir=out,
+        benchmarks="all",
+        benchmark_dir=benchmark_dir,
+        settings=settings,
+        allow_modified=True,
+    )
     return out, {(g["dataset"], g["id"]): g for g in read_generations(out)}
 
 
@@ -126,17 +135,19 @@ def test_score_lm_eval_samples_reproduces_lm_eval_and_compares_with_del_eval_run
     _, out, results = lm_eval_run
     del_eval_out, _ = del_eval_run
     argv = ["score", "--lm-eval-samples", str(out), "--benchmark-dir", str(benchmark_dir), "--out"]
-    assert cli.main(argv + [str(tmp_path / "scored")]) == 0
+    assert cli.main(argv + [str(tmp_path / "scored")]) == 3  # the fixtures are not the authors' files
+    assert cli.main(argv + [str(tmp_path / "scored"), "--allow-modified"]) == 0
     report = load_report(tmp_path / "scored")
     assert [d["benchmark"] for d in report["datasets"]] == list(BENCHMARK_NAMES)
     for entry in report["datasets"]:
         assert entry["evaluated"] == LIMIT
         assert entry["generation"]["accuracy"] == results["results"][f"del_{entry['benchmark']}"]["acc,none"]
-    assert report["macc"]["label"] == "mACC"
+    assert report["macc"]["label"] == "mACC (partial coverage)"  # --limit: a few problems of each set
     assert report["macc"]["value"] == pytest.approx(results["results"]["del_paper"]["acc,none"])
     assert report["settings"]["prompt_format"] == "chat" and report["settings"]["max_new_tokens"] == NEW_TOKENS
-    # the fixtures are not the authors' SimulEq and SAT, which the report says; nothing else is wrong
-    assert [w.split(":")[0] for w in report["warnings"]] == ["simuleq", "sat"]
+    # the fixtures are not the authors' SimulEq and SAT, which the report says, and --limit scored a few
+    # problems of each set; nothing else is wrong
+    assert sorted(w.split(":")[0] for w in report["warnings"]) == ["partial coverage", "sat", "simuleq"]
     # del-eval compare puts the lm-eval run beside the del-eval run: the same numbers
     assert cli.main(["compare", str(del_eval_out), str(tmp_path / "scored"), "--out", str(tmp_path / "cmp")]) == 0
     compared = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
@@ -161,7 +172,8 @@ def test_lm_eval_gsm8k_samples_are_matched_to_gsm8k_by_question(lm_eval_run, tmp
         assert found.outputs[problem.id] == row["resps"][0][0]
     assert cli.main(["score", "--lm-eval-samples", str(folder), "--out", str(tmp_path / "scored")]) == 0
     report = load_report(tmp_path / "scored")
-    assert "lm-eval's own" in report["warnings"][0]
+    assert [w.split(":")[0] for w in report["warnings"]] == ["partial coverage", "gsm8k"]
+    assert "lm-eval's own" in report["warnings"][1]
     for record in read_generations(tmp_path / "scored"):
         assert record["correct"] == BENCHMARKS["gsm8k"].score(record["generation"], record["reference"]).correct
 
@@ -178,7 +190,8 @@ def test_samples_of_another_file_and_prompts_of_another_format_are_caught(lm_eva
     (folder / results.name).write_text(json.dumps(config))
     shutil.copy(samples, folder)
     assert cli.main(["score", "--lm-eval-samples", str(folder), "--out", str(tmp_path / "a")]) == 0
-    (warning,) = load_report(tmp_path / "a")["warnings"]
+    coverage, warning = load_report(tmp_path / "a")["warnings"]
+    assert coverage.startswith("partial coverage: svamp")
     assert "not what a alpaca task sends" in warning and "without --apply_chat_template" in warning
     # a doc whose question is not the set's problem of that id: the tasks came from another file
     rows = [json.loads(line) for line in samples.read_text().splitlines()]
@@ -204,7 +217,8 @@ def test_the_tasks_send_del_eval_runs_prompts(prompt_format, tokenizer, benchmar
     def chat_template(history, add_generation_prompt=True):
         return HFLM.apply_chat_template(ChatModel(), history, add_generation_prompt)
 
-    write_lm_eval_tasks(tmp_path, benchmark_dir=benchmark_dir, prompt_format=prompt_format, max_new_tokens=NEW_TOKENS)
+    settings = dict(prompt_format=prompt_format, max_new_tokens=NEW_TOKENS, allow_modified=True)  # the fixtures
+    write_lm_eval_tasks(tmp_path, benchmark_dir=benchmark_dir, **settings)
     ((_, tasks),) = get_task_dict(
         ["del_paper"], TaskManager(include_path=str(tmp_path), include_defaults=False)
     ).items()
@@ -233,7 +247,7 @@ def test_a_missing_set_is_an_error_naming_it_and_nothing_is_written(tmp_path):
     with pytest.raises(FileNotFoundError, match=rf"sat \(SAT\): {tmp_path}/sat/sat.json not found"):
         write_lm_eval_tasks(tmp_path / "tasks", benchmarks="gsm8k,sat", benchmark_dir=tmp_path)
     assert not (tmp_path / "tasks").exists()
-    assert cli.main(["lm-eval-tasks", "--out", str(tmp_path / "tasks"), "--benchmarks", "gsm8k,sat"]) == 2
+    assert cli.main(["lm-eval-tasks", "--out", str(tmp_path / "tasks"), "--benchmarks", "gsm8k,sat"]) == 3
 
 
 def test_bad_task_settings_and_score_arguments_are_refused(tmp_path, capsys):
@@ -243,7 +257,7 @@ def test_bad_task_settings_and_score_arguments_are_refused(tmp_path, capsys):
         write_lm_eval_tasks(tmp_path, benchmarks="gsm8k", max_new_tokens=0)
     assert cli.main(["score", "--lm-eval-samples", str(tmp_path), "--benchmark", "gsm8k", "--out", "x"]) == 2
     assert "without --benchmark, --predictions" in capsys.readouterr().err
-    assert cli.main(["score", "--lm-eval-samples", str(tmp_path), "--out", str(tmp_path / "x")]) == 2
+    assert cli.main(["score", "--lm-eval-samples", str(tmp_path), "--out", str(tmp_path / "x")]) == 3
     assert "no lm-eval samples" in capsys.readouterr().err
     assert cli.main(["score", "--out", str(tmp_path / "x")]) == 2
     assert "needs --benchmark and --predictions" in capsys.readouterr().err

@@ -82,7 +82,7 @@ def zero_stage(deepspeed: Any) -> int | None:
 
 
 # the evaluation's settings, which need del_eval_benchmarks
-EVAL_SETTING_KEYS = ("del_eval_limit", "del_eval_benchmark_dir", "del_eval_max_new_tokens")
+EVAL_SETTING_KEYS = ("del_eval_limit", "del_eval_benchmark_dir", "del_eval_max_new_tokens", "del_eval_allow_modified")
 
 
 def _eval_names(value: Any) -> list[str] | None:
@@ -207,6 +207,14 @@ class DELArgs(CriterionParamArgs):
         json_schema_extra={
             "description": "Folder holding simuleq/simuleq.json and sat/sat.json, the two sets not shipped with "
             "del-plugin (needed when del_eval_benchmarks names them)."
+        },
+    )
+    del_eval_allow_modified: bool | None = Field(
+        default=None,
+        json_schema_extra={
+            "description": "Score a SimulEq or SAT file in del_eval_benchmark_dir that is not the authors' (its sha256 "
+            "differs; del-eval's --allow-modified). Without it such a file is refused when the config is validated, "
+            "since its accuracy is not comparable with the paper's."
         },
     )
     del_eval_max_new_tokens: int | None = Field(
@@ -452,6 +460,7 @@ class DELArgs(CriterionParamArgs):
         if not names:
             return  # nothing asked, or names that check_eval_benchmark_names refuses
         from ..evaluation.benchmarks.sets import BENCHMARKS, benchmark_path, load_benchmark
+        from ..evaluation.tasks import modified_set_error
 
         directory = data.get("del_eval_benchmark_dir")
         for name in names:
@@ -459,7 +468,10 @@ class DELArgs(CriterionParamArgs):
                 if BENCHMARKS[name].shipped:
                     benchmark_path(BENCHMARKS[name], directory)
                 else:
-                    load_benchmark(name, directory)
+                    loaded = load_benchmark(name, directory)
+                    if not loaded.verified and not data.get("del_eval_allow_modified"):
+                        fix = "set `del_eval_allow_modified: true` to score it"
+                        raise modified_set_error(name, loaded.path, loaded.sha256, loaded.benchmark.sha256, fix)
             except (FileNotFoundError, ValueError) as err:
                 fix = (
                     str(err)

@@ -42,7 +42,9 @@ CARD_END = "<!-- del-plugin: end -->"
 _SECTION = re.compile(re.escape(CARD_BEGIN) + r".*?" + re.escape(CARD_END) + r"\n?", re.DOTALL)
 
 
-def eval_command(output_dir: str, names: Sequence[str], settings, benchmark_dir: str | None) -> str:
+def eval_command(
+    output_dir: str, names: Sequence[str], settings, benchmark_dir: str | None, allow_modified: bool = False
+) -> str:
     """The ``del-eval run`` command that gives the same report as the post-training evaluation."""
     from ..evaluation.benchmarks.sets import BENCHMARK_NAMES
 
@@ -50,6 +52,8 @@ def eval_command(output_dir: str, names: Sequence[str], settings, benchmark_dir:
     parts = ["del-eval run", f"--model {output_dir}", f"--benchmarks {sets}"]
     if benchmark_dir:
         parts.append(f"--benchmark-dir {benchmark_dir}")
+    if allow_modified:
+        parts.append("--allow-modified")
     if settings.limit is not None:
         parts.append(f"--limit {settings.limit}")
     parts += [f"--max-new-tokens {settings.max_new_tokens}", f"--out {Path(output_dir) / EVAL_FOLDER}"]
@@ -170,7 +174,8 @@ def evaluate_after_training(cfg, trainer) -> dict:
         max_new_tokens=cfg.del_eval_max_new_tokens or EvalSettings.max_new_tokens,
     )
     output_dir = str(cfg.output_dir)
-    command = eval_command(output_dir, names, settings, cfg.del_eval_benchmark_dir)
+    allow_modified = bool(cfg.del_eval_allow_modified)
+    command = eval_command(output_dir, names, settings, cfg.del_eval_benchmark_dir, allow_modified)
     LOG.info("del_eval: scoring the saved model on %s (as `%s`)", ", ".join(names), command)
     try:
         # overwrite: a report of an earlier training into the same output_dir is of another model
@@ -181,6 +186,7 @@ def evaluate_after_training(cfg, trainer) -> dict:
             benchmark_dir=cfg.del_eval_benchmark_dir,
             settings=settings,
             overwrite=True,
+            allow_modified=allow_modified,
         )
     except Exception as err:
         raise RuntimeError(

@@ -281,7 +281,8 @@ def _evaluate(run_dir: Path, record: dict, out: Path, model_dir: Path) -> dict:
         dtype=eval_spec["dtype"],
     )
     started = time.perf_counter()
-    # resumes the sets a stopped evaluation finished; replaces an evaluation made with other settings
+    # resumes an evaluation stopped (or killed) half-way, keeping its finished sets; an evaluation made with other
+    # settings stays until this one is complete, then is replaced
     report = evaluate(
         model,
         out_dir=run_dir / "eval",
@@ -506,6 +507,15 @@ def main(argv: list[str] | None = None) -> int:
     benchmark_dir = None if args.benchmark_dir is None else str(Path(args.benchmark_dir).expanduser().resolve())
     if benchmark_dir is not None and not Path(benchmark_dir).is_dir():
         raise SystemExit(f"error: --benchmark-dir {args.benchmark_dir}: no such folder")
+    if benchmark_dir is not None:  # the authors' SimulEq and SAT, as del-eval wants them: checked before training
+        from ..evaluation.tasks import ModifiedBenchmarkError, benchmark_task, refuse_modified_sets
+
+        try:
+            refuse_modified_sets([benchmark_task(name, benchmark_dir, 1) for name in ("simuleq", "sat")], False)
+        except ModifiedBenchmarkError as err:
+            raise SystemExit(f"error: {str(err).split(': use')[0]}; this demo scores the authors' files only") from None
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"error: {err}") from None
     out.mkdir(parents=True, exist_ok=True)
     model_dir = resolve_model(args.model, out)
     try:

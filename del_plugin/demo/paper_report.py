@@ -7,7 +7,6 @@ Nothing here imports torch or Axolotl: the statistics are those of :mod:`.effica
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from collections.abc import Sequence
@@ -183,17 +182,18 @@ def write_report(out: Path, profile: Profile, runs: list[dict], argv: list[str],
     summary["runs"] = [
         {k: r.get(k) for k in ("regime", "setting", "seed", "metrics", "timing", "training")} for r in every
     ]
-    (out / "results.md").write_text("\n".join(lines), encoding="utf-8")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    from ..evaluation.output import write_json_atomic, write_text_atomic  # (the plots above import that package)
+
+    # by rename: a run killed while the report is written leaves the previous one whole
+    write_text_atomic(out / "results.md", "\n".join(lines))
+    write_json_atomic(out / "summary.json", summary)
     keys = [m.key for m in accuracy + digits]
-    with open(out / "runs.csv", "w", encoding="utf-8") as handle:
-        handle.write(
-            ",".join(["regime", "setting", "seed", *keys, "train_s", "eval_s", "tokens", "tokens_per_s"]) + "\n"
-        )
-        for r in every:
-            values = [r["regime"], r["setting"], str(r["seed"])]
-            values += ["" if r["metrics"].get(k) is None else repr(r["metrics"][k]) for k in keys]
-            values += [str((r.get("timing") or {}).get(k, "")) for k in ("train_s", "eval_s")]
-            values += [str((r.get("training") or {}).get(k, "")) for k in ("tokens", "tokens_per_s")]
-            handle.write(",".join(values) + "\n")
+    rows = [",".join(["regime", "setting", "seed", *keys, "train_s", "eval_s", "tokens", "tokens_per_s"])]
+    for r in every:
+        values = [r["regime"], r["setting"], str(r["seed"])]
+        values += ["" if r["metrics"].get(k) is None else repr(r["metrics"][k]) for k in keys]
+        values += [str((r.get("timing") or {}).get(k, "")) for k in ("train_s", "eval_s")]
+        values += [str((r.get("training") or {}).get(k, "")) for k in ("tokens", "tokens_per_s")]
+        rows.append(",".join(values))
+    write_text_atomic(out / "runs.csv", "\n".join(rows) + "\n")
     return [out / "results.md", out / "summary.json", out / "runs.csv", *plots]

@@ -192,6 +192,27 @@ class Job:
     goal: str = "done"  # the state the run is in when the job succeeded
 
 
+def _stop_with_parent(parent: int):
+    """What a job's child runs before its program (Linux): a SIGTERM when ``parent`` dies, so that a sweep killed
+    hard (SIGKILL) does not leave its run going on unseen beside the next invocation's; the run then writes its
+    partial report and stops, and the next invocation resumes it."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def arm() -> None:
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
 def run_jobs(jobs: list[Job], env: dict, after_each=None) -> list[str]:
     """Runs each job in a child process of its own, one after the other, printing progress and an estimate of the
     time left; a failed job is reported and the next one runs, an interrupted one stops them all. ``after_each()``
@@ -210,7 +231,7 @@ def run_jobs(jobs: list[Job], env: dict, after_each=None) -> list[str]:
             flush=True,
         )
         run_started = time.perf_counter()
-        rc = subprocess.call(job.argv, env=env)
+        rc = subprocess.call(job.argv, env=env, preexec_fn=_stop_with_parent(os.getpid()))
         elapsed = time.perf_counter() - run_started
         if rc != 0:
             failed.append(job.name)

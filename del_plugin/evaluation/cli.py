@@ -4,14 +4,16 @@ benchmarks, and side-by-side comparison of reports.
   del-eval run --model MODEL [--adapter ADAPTER] --data test.jsonl [more.jsonl ...] --out DIR [--limit N]
   del-eval run --model MODEL --benchmarks all --benchmark-dir DIR --out DIR [--program-of-thought]
   del-eval score --benchmark gsm8k --predictions preds.jsonl --out DIR
-  del-eval score --lm-eval-samples LM_EVAL_OUTPUT_DIR --out DIR [--benchmark-dir DIR]
-  del-eval lm-eval-tasks --out TASK_DIR [--benchmark-dir DIR] [--prompt-format alpaca|chat]
   del-eval compare DIR_OR_REPORT.json [...] --out DIR [--labels base MLE DEL]
+  del-eval lm-eval-tasks --out TASKS_DIR [--benchmark-dir DIR] [--prompt-format alpaca|chat]
+  del-eval score --lm-eval-samples LM_EVAL_OUT --out DIR
 
-run writes DIR/report.json, report.md, generations.jsonl and plots, and resumes a stopped run in the same DIR.
-score scores generations made elsewhere ({"id", "output"} per line) without a model. compare writes
-DIR/comparison.md, comparison.json and the same plots with one entry per report. docs/evaluation.md has the
-details: the scoring rules per benchmark, the report schema, the program-of-thought sandbox and its limits.
+run writes DIR/report.json, report.md, generations.jsonl and plots, and resumes a stopped (or killed) run in the
+same DIR; a report of another run there is kept unless --overwrite. score scores generations made elsewhere
+({"id", "output"} per line) without a model. compare writes DIR/comparison.md, comparison.json and the same plots
+with one entry per report. Models are read from a folder or the Hugging Face cache: nothing is downloaded.
+docs/evaluation.md has the details: the scoring rules per benchmark, the report schema, the program-of-thought
+sandbox and its limits.
 
 lm-eval-tasks writes the seven sets as lm-evaluation-harness tasks (lm_eval --tasks del_paper --include_path DIR);
 score --lm-eval-samples scores what `lm_eval ... --log_samples` wrote.
@@ -24,15 +26,33 @@ import logging
 import sys
 from pathlib import Path
 
+from .errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_STATUS_HELP,
+    EXIT_UNUSABLE_INPUT,
+    EXIT_UNWRITABLE_OUTPUT,
+    EXIT_USAGE,
+    OutputError,
+    UsageError,
+)
+
 __all__ = ["main", "build_parser", "stop_cleanly_on_sigterm"]
 
 _BENCHMARKS_HELP = "gsm8k, math, svamp, simuleq, aqua, sat, mmlu_math"
+_OVERWRITE_HELP = (
+    "replace the report of another run in --out (it stays until this run's report is complete); without it, such a "
+    "report is an error"
+)
+_ALLOW_MODIFIED_HELP = (
+    "score a SimulEq or SAT file that is not the authors' (its sha256 differs): without it that is an error, since "
+    "its numbers are not comparable with the paper's; the report marks it"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="del-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    formatting = {"formatter_class": argparse.RawDescriptionHelpFormatter, "epilog": EXIT_STATUS_HELP}
+    parser = argparse.ArgumentParser(prog="del-eval", description=__doc__, **formatting)
     commands = parser.add_subparsers(dest="command", required=True, metavar="{run,score,compare,lm-eval-tasks}")
 
     run = commands.add_parser(
@@ -40,9 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="evaluate one model on JSONL files and/or the paper's benchmarks",
         description="Greedy generation, scored, and teacher-forced digit metrics, on JSONL files (GSM8K "
         "'question'/'answer' with '#### N', or plain numeric answers) and/or the DEL paper's seven benchmarks.",
+        **formatting,
     )
     run.add_argument(
-        "--model", required=True, help="model folder (or hub id), or an adapter folder such as Axolotl's output_dir"
+        "--model",
+        required=True,
+        help="model folder, or an adapter folder such as Axolotl's output_dir, or the hub id of a model already in "
+        "the Hugging Face cache (nothing is downloaded)",
     )
     run.add_argument("--adapter", help="LoRA adapter folder to apply to --model")
     run.add_argument("--data", nargs="+", default=[], help="JSONL files, one problem per line")
@@ -54,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--benchmark-dir",
         help="folder with the sets that do not ship with del-plugin: simuleq/simuleq.json and sat/sat.json",
     )
+    run.add_argument("--allow-modified", action="store_true", help=_ALLOW_MODIFIED_HELP)
     run.add_argument("--out", required=True, help="output folder (a stopped run there is resumed)")
     run.add_argument("--name", help="name of this model in reports (default: the model/adapter folder name)")
     run.add_argument("--limit", type=int, help="evaluate the first N problems of each set (default: all)")
@@ -79,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run gsm8k, math, svamp and simuleq as the paper does: ask for a Python program, EXECUTE it in a "
         "limited subprocess (not a security boundary: see docs/evaluation.md), chain-of-thought as the fallback",
     )
-    run.add_argument("--overwrite", action="store_true", help="replace a report of another run in --out")
+    run.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
     run.add_argument("--no-generate", action="store_true", help="teacher-forced digit metrics only")
     run.add_argument("--no-teacher-forced", action="store_true", help="generation metrics only")
     run.add_argument(
@@ -94,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
         "score",
         help="score generations made elsewhere against one of the paper's benchmarks",
         description='Score a JSONL of {"id": problem index (0-based) in the set\'s file, "output": text} '
-        "against a benchmark, without a model; writes the report del-eval run writes.",
+        "against a benchmark, without a model; writes the report del-eval run writes. The report says how many of "
+        "the set's problems were scored (partial coverage: mACC marked partial).",
+        **formatting,
     )
     score.add_argument("--benchmark", help=_BENCHMARKS_HELP)
     score.add_argument("--predictions", help='JSONL file, one {"id", "output"} per line')
@@ -104,8 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of --benchmark/--predictions: the --output_path of `lm_eval ... --log_samples` run on the "
         "del_* tasks of `del-eval lm-eval-tasks` (or on lm-eval's gsm8k); every set found there is scored",
     )
-    score.add_argument("--out", required=True, help="output folder (a report there is replaced)")
+    score.add_argument("--out", required=True, help="output folder")
+    score.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
     score.add_argument("--benchmark-dir", help="folder with simuleq/simuleq.json and sat/sat.json")
+    score.add_argument("--allow-modified", action="store_true", help=_ALLOW_MODIFIED_HELP)
     score.add_argument("--name", help="name in reports (default: the predictions file name)")
     score.add_argument(
         "--program-of-thought",
@@ -122,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Run them with: lm_eval --model hf|vllm --model_args pretrained=MODEL --tasks del_paper --include_path DIR "
         "(--apply_chat_template for --prompt-format chat) --log_samples --output_path OUT, then "
         "del-eval score --lm-eval-samples OUT.",
+        **formatting,
     )
     lm_eval_tasks.add_argument("--out", required=True, help="folder the tasks are written to")
     lm_eval_tasks.add_argument(
@@ -140,8 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
     lm_eval_tasks.add_argument(
         "--max-new-tokens", type=int, default=256, help="longest generation, as del-eval run's (default: 256)"
     )
+    lm_eval_tasks.add_argument("--allow-modified", action="store_true", help=_ALLOW_MODIFIED_HELP)
 
-    compare = commands.add_parser("compare", help="side-by-side tables and plots of several reports")
+    compare = commands.add_parser(
+        "compare",
+        help="side-by-side tables and plots of several reports",
+        description="Side-by-side tables and plots of several reports. A column is ranked (best in bold) only where "
+        "the reports scored the same problems, and mACC only where they average the same sets; otherwise a warning "
+        "says why not.",
+        **formatting,
+    )
     compare.add_argument("reports", nargs="+", help="report.json files or the folders del-eval run/score wrote")
     compare.add_argument("--out", required=True, help="output folder")
     compare.add_argument("--labels", nargs="+", help="one label per report (default: the reports' names)")
@@ -152,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
     from .runner import EvalSettings, evaluate
 
     if not args.data and not args.benchmarks:
-        raise ValueError("nothing to evaluate: give --data files and/or --benchmarks (e.g. --benchmarks all)")
+        raise UsageError("nothing to evaluate: give --data files and/or --benchmarks (e.g. --benchmarks all)")
     settings = EvalSettings(
         batch_size=args.batch_size,
         max_new_tokens=args.max_new_tokens,
@@ -175,12 +213,13 @@ def _run(args: argparse.Namespace) -> int:
         name=args.name,
         settings=settings,
         overwrite=args.overwrite,
+        allow_modified=args.allow_modified,
     )
     _print_written(report, out)
     skipped = sum(d["skipped"] for d in report["datasets"])
     if skipped:
         print(f"{skipped} line(s) skipped: see the warnings above or report.json", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def _print_written(report: dict, out: Path) -> None:
@@ -197,17 +236,24 @@ def _score(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.lm_eval_samples:
         if args.benchmark or args.predictions or args.program_of_thought:
-            raise ValueError(
+            raise UsageError(
                 "--lm-eval-samples reads the sets and generations from lm-eval's samples: give it without "
                 "--benchmark, --predictions and --program-of-thought"
             )
         from .lm_eval_samples import score_lm_eval_samples
 
-        report = score_lm_eval_samples(args.lm_eval_samples, out, benchmark_dir=args.benchmark_dir, name=args.name)
+        report = score_lm_eval_samples(
+            args.lm_eval_samples,
+            out,
+            benchmark_dir=args.benchmark_dir,
+            name=args.name,
+            overwrite=args.overwrite,
+            allow_modified=args.allow_modified,
+        )
         _print_written(report, out)
-        return 0
+        return EXIT_OK
     if not (args.benchmark and args.predictions):
-        raise ValueError("score needs --benchmark and --predictions (or --lm-eval-samples DIR)")
+        raise UsageError("score needs --benchmark and --predictions (or --lm-eval-samples DIR)")
     report = score_predictions(
         args.benchmark,
         args.predictions,
@@ -215,9 +261,11 @@ def _score(args: argparse.Namespace) -> int:
         benchmark_dir=args.benchmark_dir,
         name=args.name,
         program_of_thought=args.program_of_thought,
+        overwrite=args.overwrite,
+        allow_modified=args.allow_modified,
     )
     _print_written(report, out)
-    return 0
+    return EXIT_OK
 
 
 def _lm_eval_tasks(args: argparse.Namespace) -> int:
@@ -229,6 +277,7 @@ def _lm_eval_tasks(args: argparse.Namespace) -> int:
         benchmark_dir=args.benchmark_dir,
         prompt_format=args.prompt_format,
         max_new_tokens=args.max_new_tokens,
+        allow_modified=args.allow_modified,
     )
     for path in written:
         print(f"wrote {path}")
@@ -239,7 +288,7 @@ def _lm_eval_tasks(args: argparse.Namespace) -> int:
         f"run: lm_eval --model hf --model_args pretrained=MODEL{chat} --tasks {GROUP} --include_path {args.out} "
         f"--log_samples --output_path OUT\nthen: del-eval score --lm-eval-samples OUT{sets} --out REPORT_DIR"
     )
-    return 0
+    return EXIT_OK
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -250,7 +299,7 @@ def _compare(args: argparse.Namespace) -> int:
     print(written["markdown"].read_text(encoding="utf-8"))
     for kind, path in written.items():
         print(f"{kind}: {path}")
-    return 0
+    return EXIT_OK
 
 
 def stop_cleanly_on_sigterm():
@@ -269,6 +318,7 @@ def stop_cleanly_on_sigterm():
 
 
 def main(argv: list[str] | None = None) -> int:
+    """del-eval; returns its exit status (:mod:`.errors` defines them; ``--help`` lists them)."""
     import signal
 
     from .report import require_eval_extra
@@ -278,19 +328,26 @@ def main(argv: list[str] | None = None) -> int:
         require_eval_extra()  # before any work: not at the plot after an hour of generation
     except ImportError as err:
         print(f"del-eval: error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_UNUSABLE_INPUT
     previous_handler = stop_cleanly_on_sigterm()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         commands = {"run": _run, "score": _score, "compare": _compare, "lm-eval-tasks": _lm_eval_tasks}
         return commands[args.command](args)
-    except (FileNotFoundError, ValueError) as err:
-        # bad input: a clear message, not a traceback (a partial report, if any, is already written)
+    except UsageError as err:
         print(f"del-eval: error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except OutputError as err:
+        # --out cannot be used or written; a report already there is kept
+        print(f"del-eval: error: {err}", file=sys.stderr)
+        return EXIT_UNWRITABLE_OUTPUT
+    except (OSError, ValueError) as err:
+        # an input that cannot be used: a clear message, not a traceback (a partial report, if any, is written)
+        print(f"del-eval: error: {err}", file=sys.stderr)
+        return EXIT_UNUSABLE_INPUT
     except KeyboardInterrupt:
-        print("del-eval: interrupted; the partial report is saved", file=sys.stderr)
-        return 130
+        print("del-eval: interrupted; the partial report is saved (the same command resumes it)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         if previous_handler is not None:
             signal.signal(signal.SIGTERM, previous_handler)

@@ -9,7 +9,7 @@ Two formats, told apart per line:
 
 The ``answer`` text (a JSON number as written) is also the *solution* the teacher-forced metrics score.
 
-A bad line (not JSON, not an object, a missing or empty field, no number in the answer) does not stop the
+A bad line (not UTF-8, not JSON, not an object, a missing or empty field, no number in the answer) does not stop the
 evaluation: it is skipped and reported as ``file:line: reason``. A missing file is an error before any model is
 loaded.
 """
@@ -22,6 +22,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from .answers import extract_answer
+from .errors import read_input_bytes
 
 __all__ = ["DataIssue", "EvalExample", "EvalSet", "read_eval_set", "check_files_exist"]
 
@@ -99,37 +100,42 @@ def read_eval_set(path: str | Path, limit: int | None = None, name: str | None =
     examples: list[EvalExample] = []
     issues: list[DataIssue] = []
     lines_read = 0
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if limit is not None and len(examples) >= limit:
-                break
-            if not line.strip():
-                continue
-            lines_read += 1
+    for line_number, encoded in enumerate(read_input_bytes(path, "evaluation set").split(b"\n"), start=1):
+        if limit is not None and len(examples) >= limit:
+            break
+        if not encoded.strip():
+            continue
+        lines_read += 1
 
-            def skip(reason: str, line_number: int = line_number) -> None:
-                issues.append(DataIssue(str(path), line_number, reason))
+        def skip(reason: str, line_number: int = line_number) -> None:
+            issues.append(DataIssue(str(path), line_number, reason))
 
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                skip(f"not valid JSON ({err.msg} at column {err.colno})")
-                continue
-            if not isinstance(row, dict):
-                skip(f"expected a JSON object with `question` and `answer`, got {type(row).__name__}")
-                continue
-            missing = [key for key in ("question", "answer") if key not in row]
-            if missing:
-                skip(f"missing key(s) {', '.join(missing)} (keys present: {', '.join(sorted(row)) or 'none'})")
-                continue
-            question = row["question"]
-            if not isinstance(question, str) or not question.strip():
-                skip("`question` must be a non-empty string")
-                continue
-            parsed = _reference(row["answer"])
-            if isinstance(parsed, str):
-                skip(parsed)
-                continue
-            solution, value, text, fmt = parsed
-            examples.append(EvalExample(name, line_number, question, solution, value, text, fmt))
+        try:
+            line = encoded.decode("utf-8")
+        except UnicodeDecodeError as err:
+            skip(f"not UTF-8 (byte 0x{encoded[err.start]:02x} at column {err.start + 1}); save the file as UTF-8")
+            continue
+
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            skip(f"not valid JSON ({err.msg} at column {err.colno})")
+            continue
+        if not isinstance(row, dict):
+            skip(f"expected a JSON object with `question` and `answer`, got {type(row).__name__}")
+            continue
+        missing = [key for key in ("question", "answer") if key not in row]
+        if missing:
+            skip(f"missing key(s) {', '.join(missing)} (keys present: {', '.join(sorted(row)) or 'none'})")
+            continue
+        question = row["question"]
+        if not isinstance(question, str) or not question.strip():
+            skip("`question` must be a non-empty string")
+            continue
+        parsed = _reference(row["answer"])
+        if isinstance(parsed, str):
+            skip(parsed)
+            continue
+        solution, value, text, fmt = parsed
+        examples.append(EvalExample(name, line_number, question, solution, value, text, fmt))
     return EvalSet(name=name, path=str(path), examples=examples, issues=issues, lines_read=lines_read)

@@ -21,6 +21,7 @@ paper's harness stops at them too), or at the token limit.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -29,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from .errors import UnusableInput
+
 LOG = logging.getLogger(__name__)
 
 __all__ = [
@@ -36,7 +39,9 @@ __all__ = [
     "STOP_STRINGS",
     "CustomFormat",
     "LoadedModel",
+    "ModelSource",
     "PromptFormat",
+    "check_model_source",
     "generate_greedy",
     "load_model",
     "resolve_device",
@@ -77,35 +82,101 @@ def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def load_model(
-    model: str | Path, adapter: str | Path | None = None, *, dtype: str = "auto", device: str = "auto"
-) -> LoadedModel:
-    """A causal LM ready for inference. ``model`` is a model folder (or hub id), or an adapter folder such as
-    Axolotl's ``output_dir`` (its ``adapter_config.json`` names the base model); ``adapter`` adds a LoRA adapter
-    to ``model``. Adapters are merged into the weights, so generation runs at the base model's speed."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+@dataclass(frozen=True)
+class ModelSource:
+    """What :func:`load_model` reads: ``base`` (a folder, or the id of a model in the Hugging Face cache) and the
+    LoRA ``adapter`` folder (or None)."""
 
-    model_path = Path(model)
+    base: str
+    adapter: str | None
+
+    def weights_fingerprint(self) -> str | None:
+        """A digest of the weight files' names, sizes and modification times in the model and adapter folders:
+        which weights a report scored, so that a model trained again into the same folder (Axolotl's output_dir)
+        is not taken for the run that scored the earlier one. None for a model read from the Hugging Face cache,
+        whose snapshot files do not change."""
+        folders = [Path(f) for f in (self.base, self.adapter) if f is not None and Path(f).is_dir()]
+        if not folders:
+            return None
+        digest = hashlib.sha256()
+        for folder in folders:
+            for file in sorted(folder.iterdir()):
+                if file.is_file() and (file.suffix in _WEIGHT_SUFFIXES or file.name in _WEIGHT_CONFIGS):
+                    stat = file.stat()
+                    digest.update(f"{file.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        return digest.hexdigest()
+
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+_WEIGHT_CONFIGS = ("config.json", "adapter_config.json")
+
+
+def _local_model(name: str, what: str) -> str:
+    """``name`` as a model folder, or as the id of a model already in the Hugging Face cache; anything else is an
+    error that says what to do, before anything loads (del-eval never downloads)."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UnusableInput(f"{what} {name}: no config.json in this folder (not a Hugging Face model folder)")
+        return str(path)
+    if path.exists():
+        raise UnusableInput(f"{what} {name} is a file, not a model folder: give the folder that holds config.json")
+    parts = name.split("/")
+    looks_like_hub_id = not name.startswith((".", "/", "~")) and len(parts) <= 2 and all(parts)
+    if not looks_like_hub_id:
+        raise UnusableInput(f"{what} {name}: no such folder")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return name
+    raise UnusableInput(
+        f"{what} {name}: no such folder, and not in the Hugging Face cache ({constants.HF_HUB_CACHE}). del-eval reads "
+        f"local files only (as with HF_HUB_OFFLINE=1) and downloads nothing: download the model first (hf download "
+        f"{name}), or pass the folder that holds it"
+    )
+
+
+def check_model_source(model: str | Path, adapter: str | Path | None = None) -> ModelSource:
+    """Where :func:`load_model` will read ``model`` (+ ``adapter``), checked on disk without loading anything: a
+    model folder, an adapter folder (its ``adapter_config.json`` names the base model) or a model in the Hugging
+    Face cache. A missing folder, a folder without ``config.json`` or a hub id that is not in the cache is an
+    :class:`~.errors.UnusableInput` naming it and the fix."""
+    model_path = Path(model).expanduser()
     if adapter is None and (model_path / "adapter_config.json").is_file():
         adapter = model_path
-        config = json.loads((model_path / "adapter_config.json").read_text())
+        config = json.loads((model_path / "adapter_config.json").read_text(encoding="utf-8"))
         base = config.get("base_model_name_or_path")
         if not base:
-            raise ValueError(
+            raise UnusableInput(
                 f"{model_path}/adapter_config.json names no base_model_name_or_path; pass the base model as "
                 "--model and this folder as --adapter"
             )
+        base = _local_model(base, f"the base model named in {model_path}/adapter_config.json,")
     else:
-        base = str(model)
+        base = _local_model(str(model), "--model")
     if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"{adapter} has no adapter_config.json: not a PEFT/LoRA adapter folder")
+        raise UnusableInput(f"--adapter {adapter}: no adapter_config.json there (not a PEFT/LoRA adapter folder)")
+    return ModelSource(base, None if adapter is None else str(adapter))
+
+
+def load_model(
+    model: str | Path, adapter: str | Path | None = None, *, dtype: str = "auto", device: str = "auto"
+) -> LoadedModel:
+    """A causal LM ready for inference. ``model`` is a model folder (or the id of a model in the Hugging Face
+    cache), or an adapter folder such as Axolotl's ``output_dir`` (its ``adapter_config.json`` names the base
+    model); ``adapter`` adds a LoRA adapter to ``model``. Adapters are merged into the weights, so generation runs
+    at the base model's speed. Only local files are read (:func:`check_model_source`)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = check_model_source(model, adapter)
+    base, adapter = source.base, source.adapter
     torch_device = resolve_device(device)
     torch_dtype = _resolve_dtype(dtype, torch_device)
     # Axolotl saves the tokenizer it trained with next to the adapter; prefer it over the base model's
     tokenizer_source = adapter if adapter is not None and (Path(adapter) / "tokenizer_config.json").is_file() else base
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_source))
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_source), local_files_only=True)
     LOG.info("loading %s%s (%s, %s)", base, f" + adapter {adapter}" if adapter else "", torch_dtype, torch_device)
-    lm = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch_dtype)
+    lm = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch_dtype, local_files_only=True)
     if adapter is not None:
         from peft import PeftModel
 

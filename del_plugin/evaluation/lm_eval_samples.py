@@ -29,7 +29,7 @@ from .benchmarks.sets import BENCHMARKS
 from .lm_eval_tasks import METRIC, benchmark_of_task
 from .metrics import GenerationMetrics
 from .report import RunReport, require_eval_extra
-from .tasks import EvalTask, benchmark_task, generation_record
+from .tasks import EvalTask, benchmark_task, generation_record, refuse_modified_sets
 
 LOG = logging.getLogger(__name__)
 
@@ -230,9 +230,13 @@ def score_lm_eval_samples(
     *,
     benchmark_dir: str | Path | None = None,
     name: str | None = None,
+    overwrite: bool = False,
+    allow_modified: bool = False,
 ) -> dict:
     """Score the lm-eval samples under ``folder`` (see the module docs); write ``out_dir``/report.json,
-    report.md and generations.jsonl (replacing a report there), as ``del-eval score`` does; return the report."""
+    report.md and generations.jsonl, as ``del-eval score`` does (the report of another run there is an
+    :class:`~.errors.OutputError` unless ``overwrite``; a SimulEq or SAT file that is not the authors' is refused
+    unless ``allow_modified``); return the report."""
     require_eval_extra()
     found = read_lm_eval_samples(folder, benchmark_dir)
     tasks = []
@@ -240,6 +244,7 @@ def score_lm_eval_samples(
         task = benchmark_task(lm_set.benchmark, benchmark_dir, None)
         task.problems = [p for p in task.problems if p.id in lm_set.outputs]
         tasks.append(task)
+    refuse_modified_sets(tasks, allow_modified)
     first = found[0]
     metadata = [(s.config.get("metadata") or {}) for s in found]
     formats = {m.get("prompt_format") for m in metadata if m.get("prompt_format")}
@@ -264,7 +269,7 @@ def score_lm_eval_samples(
         settings=settings,
         resume_key={"lm_eval_samples": {s.task: str(s.path) for s in found}},
         tasks=tasks,
-        overwrite=True,
+        overwrite=overwrite,
     )
     try:
         for lm_set, task in zip(found, tasks):

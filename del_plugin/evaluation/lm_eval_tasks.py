@@ -40,6 +40,7 @@ from .benchmarks.sets import (
     resolve_benchmark_names,
 )
 from .generation import ALPACA_PROMPT, STOP_STRINGS
+from .tasks import modified_set_error
 
 __all__ = [
     "GROUP",
@@ -218,10 +219,12 @@ def write_lm_eval_tasks(
     benchmark_dir: str | Path | None = None,
     prompt_format: str = "alpaca",
     max_new_tokens: int = 256,
+    allow_modified: bool = False,
 ) -> list[Path]:
     """Write the lm-eval tasks of ``benchmarks`` (names or ``"all"``) and the group ``del_paper`` into
     ``out_dir``; return the files written. Every set is read and checked first: a missing file is a
-    FileNotFoundError naming the set and the path looked at, and nothing is written."""
+    FileNotFoundError naming the set and the path looked at, a SimulEq or SAT file that is not the authors' a
+    :class:`~.tasks.ModifiedBenchmarkError` unless ``allow_modified``, and nothing is written."""
     if prompt_format not in LM_EVAL_PROMPT_FORMATS:
         raise ValueError(
             f"--prompt-format must be one of {', '.join(LM_EVAL_PROMPT_FORMATS)} for lm-eval tasks, got "
@@ -241,6 +244,9 @@ def write_lm_eval_tasks(
         raise FileNotFoundError("\n".join(missing))
     directory = None if benchmark_dir is None else str(Path(benchmark_dir).resolve())
     loaded = [load_benchmark(name, directory) for name in names]
+    for bench in loaded:
+        if not bench.verified and not allow_modified:
+            raise modified_set_error(bench.name, bench.path, bench.sha256, bench.benchmark.sha256)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     header = (

@@ -21,11 +21,15 @@ def pyplot():
 
 
 def save_figure(fig, path: Path, dpi: int = 100) -> Path:
-    """Lay out ``fig``, write it to ``path`` (its folder made if missing), close it; ``path``."""
+    """Lay out ``fig``, write it to ``path`` by rename (its folder made if missing), close it; ``path``."""
+    from .output import write_file_atomic
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    pyplot().close(fig)
+    try:
+        write_file_atomic(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format=path.suffix.lstrip(".") or "png"))
+    finally:
+        pyplot().close(fig)
     return path
 
 
@@ -65,10 +69,14 @@ def _place_curve(places: dict) -> tuple[list[int], list[float]]:
 
 def plot_place_accuracy(series: Sequence[tuple[str, dict | None, dict | None]], path: Path, title: str) -> Path | None:
     """Per-place digit accuracy; ``series`` is ``(label, generation metrics, teacher_forced stats)``. Left: digits
-    of the generated final answers; right: teacher-forced digits of the reference solutions."""
+    of the generated final answers; right: teacher-forced digits of the reference solutions. A panel without data
+    is left out (an option set's answers have no digits), and with neither, no plot: None."""
     panels = [
-        ("generated final answers", [(lbl, g["place_accuracy"]) for lbl, g, _ in series if g and g.get("n")]),
-        ("teacher-forced reference solutions", [(lbl, t["places"]) for lbl, _, t in series if t and t.get("digits")]),
+        (
+            "generated final answers",
+            [(lbl, g["place_accuracy"]) for lbl, g, _ in series if g and g.get("place_accuracy")],
+        ),
+        ("teacher-forced reference solutions", [(lbl, t["places"]) for lbl, _, t in series if t and t.get("places")]),
     ]
     panels = [(name, data) for name, data in panels if data]
     if not panels:

@@ -4,24 +4,46 @@ reports (:func:`compare_reports`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-import os
+import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import __version__
 from .benchmarks.sets import BENCHMARK_NAMES
+from .errors import OutputError, decode_text, read_input_bytes
 from .metrics import GenerationMetrics, NumericMetrics
-from .tables import OVERALL, benchmark_accuracies, comparison_markdown, dataset_entries, report_markdown
+from .output import (
+    JsonlAppender,
+    lock_folder,
+    prepare_output_dir,
+    publish_files,
+    read_jsonl,
+    unlock_folder,
+    write_json_atomic,
+    write_text_atomic,
+)
+from .tables import (
+    OVERALL,
+    benchmark_accuracies,
+    comparison_markdown,
+    comparison_warnings,
+    dataset_entries,
+    is_partial,
+    report_markdown,
+)
 from .teacher_forced import TeacherForcedStats
 
 LOG = logging.getLogger(__name__)
 
 __all__ = [
     "GENERATIONS_FILE",
+    "PLOT_FILES",
     "SCHEMA",
+    "STAGING_DIR",
     "RunReport",
     "compare_reports",
     "comparison_markdown",
@@ -35,6 +57,9 @@ __all__ = [
 SCHEMA = "del-eval/2"
 READABLE_SCHEMAS = ("del-eval/1", SCHEMA)
 GENERATIONS_FILE = "generations.jsonl"
+PLOT_FILES = ("entropy_histogram.png", "place_accuracy.png", "benchmark_accuracy.png")
+# where a run that replaces another run's report (--overwrite) writes until it is complete
+STAGING_DIR = ".del-eval-new"
 EVAL_EXTRA = ("matplotlib", "tqdm")
 
 
@@ -55,13 +80,6 @@ def require_eval_extra() -> None:
         )
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write to a temporary file and rename, so an interrupted run never leaves half a report."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def load_report(path: str | Path) -> dict:
     """A report.json (or the folder holding one), schema ``del-eval/1`` or ``/2``."""
     path = Path(path)
@@ -70,7 +88,7 @@ def load_report(path: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such report (give report.json files or the folders del-eval wrote)")
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
+        report = json.loads(decode_text(read_input_bytes(path, "report"), path, "report"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
     if not isinstance(report, dict) or report.get("schema") not in READABLE_SCHEMAS:
@@ -81,10 +99,12 @@ def load_report(path: str | Path) -> dict:
 
 
 def macc(datasets: Sequence[dict]) -> dict | None:
-    """The mean accuracy over the benchmarks of ``datasets`` that are complete: ``{value, sets, label,
-    complete}``; ``label`` is ``mACC`` over all seven, else says over how many (``mACC (3 of 7 sets)``)."""
+    """The mean accuracy over the benchmarks of ``datasets`` that are complete: ``{value, sets, label, complete,
+    partial}``. ``partial`` names the sets scored on part of their problems (``--limit``, or ``score`` given some
+    ids); ``complete`` is all seven sets, each whole, and only then is ``label`` plain ``mACC``; else it says what
+    it is over (``mACC (3 of 7 sets)``, ``mACC (partial coverage)``)."""
     done = {
-        d["benchmark"]: d["generation"]["accuracy"]
+        d["benchmark"]: d
         for d in datasets
         if d.get("benchmark")
         and d.get("status") == "complete"
@@ -93,13 +113,39 @@ def macc(datasets: Sequence[dict]) -> dict | None:
     if not done:
         return None
     sets = [n for n in BENCHMARK_NAMES if n in done]
-    complete = len(sets) == len(BENCHMARK_NAMES)
+    partial = [n for n in sets if is_partial(done[n])]
+    qualifiers = [f"{len(sets)} of {len(BENCHMARK_NAMES)} sets"] if len(sets) < len(BENCHMARK_NAMES) else []
+    qualifiers += ["partial coverage"] if partial else []
     return {
-        "value": sum(done[n] for n in sets) / len(sets),
+        "value": sum(done[n]["generation"]["accuracy"] for n in sets) / len(sets),
         "sets": sets,
-        "label": "mACC" if complete else f"mACC ({len(sets)} of {len(BENCHMARK_NAMES)} sets)",
-        "complete": complete,
+        "label": "mACC" + (f" ({', '.join(qualifiers)})" if qualifiers else ""),
+        "complete": not qualifiers,
+        "partial": partial,
     }
+
+
+def coverage(task) -> dict | None:
+    """Which problems of a benchmark a run scores: ``{problems, total, ids_sha256}`` (the count, the set's size,
+    and a digest of the ids, so that two reports can tell whether they scored the same problems); None for a
+    ``--data`` file."""
+    if task.benchmark is None:
+        return None
+    ids = sorted(p.id for p in task.problems)
+    return {
+        "problems": len(ids),
+        "total": task.lines_read,
+        "ids_sha256": hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest(),
+    }
+
+
+def coverage_warning(entries: Sequence[dict]) -> str | None:
+    """The warning a report carries when some of its benchmarks are scored on part of their problems."""
+    partial = [d for d in entries if is_partial(d)]
+    if not partial:
+        return None
+    sets = ", ".join(f"{d['name']} {d['coverage']['problems']:,} of {d['coverage']['total']:,}" for d in partial)
+    return f"partial coverage: {sets} problems scored; their accuracies, and mACC, are over those problems only"
 
 
 def pooled(datasets: Sequence[dict]) -> dict:
@@ -132,22 +178,43 @@ def _entry(task) -> dict:
         "skipped": len(task.issues),
         "issues": [issue.as_dict() for issue in task.issues],
         "formats": list(task.formats),
+        "coverage": coverage(task),
         "generation": None,
         "teacher_forced": None,
     }
 
 
 class RunReport:
-    """The report of one run, and the one writer of its files: ``report.json`` after every change (atomically),
-    ``generations.jsonl`` line by line, and at :meth:`finish` ``report.md`` and the plots. A plot that fails is a
-    warning in the report, never a report left saying ``running``."""
+    """The report of one run, and the one writer of its files: ``report.json`` after every change, ``generations.jsonl``
+    line by line, and at :meth:`finish` ``report.md`` and the plots; every file written whole (by rename, or a whole
+    line appended: :mod:`.output`). A plot that fails is a warning in the report, never a report left saying
+    ``running``.
 
-    def __init__(self, out_dir: Path, data: dict, kept_generations: Sequence[str] = ()):
+    The run writes in ``out_dir`` itself, except when it replaces the report of another run (``overwrite``): then
+    it writes in ``out_dir``/.del-eval-new and moves its files into ``out_dir`` once complete, so that the earlier
+    report stays whole until then, whatever stops the run. ``out_dir`` is locked while the report is open."""
+
+    def __init__(
+        self,
+        out_dir: Path,
+        data: dict,
+        kept_generations: Sequence[str] = (),
+        *,
+        write_dir: Path | None = None,
+        lock: int | None = None,
+    ):
         self.out_dir = out_dir
+        self.dir = write_dir or out_dir
         self.data = data
-        self.json_path = out_dir / "report.json"
-        self._generations = None
+        self.json_path = self.dir / "report.json"
+        self._generations: JsonlAppender | None = None
         self._kept = set(kept_generations)
+        self._lock = lock
+
+    @property
+    def staged(self) -> bool:
+        """Whether this run replaces another run's report (and writes in the staging folder until complete)."""
+        return self.dir != self.out_dir
 
     @classmethod
     def open(
@@ -162,51 +229,67 @@ class RunReport:
         tasks: Sequence,
         overwrite: bool = False,
     ) -> RunReport:
-        """A new report in ``out_dir``, resuming the one there when it was written by the same run
-        (``resume_key``): its complete sets, with the same source files, are kept with their generations."""
-        out_dir.mkdir(parents=True, exist_ok=True)
-        previous = None if overwrite else _previous_report(out_dir, resume_key)
-        data = {
-            "schema": SCHEMA,
-            "command": command,
-            "name": name,
-            "status": "running",
-            "error": None,
-            "warnings": [],
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "del_plugin_version": __version__,
-            "run": resume_key,
-            "model": {
-                "path": model.get("path"),
-                "base": None,
-                "adapter": model.get("adapter"),
-                "predictions": model.get("predictions"),
-                "prompt_format": settings.get("prompt_format"),
-                "prompt_format_source": None,
-                "dtype": settings.get("dtype"),
-                "device": settings.get("device"),
-            },
-            "settings": settings,
-            "files": {"generations": GENERATIONS_FILE, "markdown": None, "plots": []},
-            "datasets": [_entry(t) for t in tasks],
-            "macc": None,
-            "overall": {"generation": None, "teacher_forced": None},
-            "timing": {},
-        }
-        kept = []
-        if previous is not None:
-            done = {d["name"]: d for d in previous["datasets"] if d.get("status") == "complete" and d.get("source")}
-            for i, entry in enumerate(data["datasets"]):
-                old = done.get(entry["name"])
-                if old is not None and old["source"].get("sha256") == entry["source"]["sha256"]:
-                    data["datasets"][i] = old
+        """A new report in ``out_dir`` (made when missing; a file, or a folder that cannot be written, is an
+        :class:`~.errors.OutputError`). The report already there is resumed when it was written by the same run
+        (``resume_key``, and its complete sets are among ``tasks``): its complete sets, with the same source files,
+        are kept with their generations. A report of another run is an OutputError, unless ``overwrite``: then it
+        is replaced once this run is complete. A report in which nothing was scored yet is replaced."""
+        out_dir = prepare_output_dir(out_dir)
+        lock = lock_folder(out_dir)
+        try:
+            write_dir, previous = _where_to_write(out_dir, resume_key, tasks, overwrite)
+            data = {
+                "schema": SCHEMA,
+                "command": command,
+                "name": name,
+                "status": "running",
+                "error": None,
+                "warnings": [],
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                "del_plugin_version": __version__,
+                "run": resume_key,
+                "model": {
+                    "path": model.get("path"),
+                    "base": None,
+                    "adapter": model.get("adapter"),
+                    "predictions": model.get("predictions"),
+                    "prompt_format": settings.get("prompt_format"),
+                    "prompt_format_source": None,
+                    "dtype": settings.get("dtype"),
+                    "device": settings.get("device"),
+                },
+                "settings": settings,
+                "files": {"generations": GENERATIONS_FILE, "markdown": None, "plots": []},
+                "datasets": [_entry(t) for t in tasks],
+                "macc": None,
+                "overall": {"generation": None, "teacher_forced": None},
+                "timing": {},
+            }
+            kept = []
+            if previous is not None:
+                done = {d["name"]: d for d in previous["datasets"] if d.get("status") == "complete" and d.get("source")}
+                for i, entry in enumerate(data["datasets"]):
+                    old = done.get(entry["name"])
+                    if old is None:
+                        continue
+                    if old["source"].get("sha256") != entry["source"]["sha256"]:
+                        LOG.warning("%s: %s changed since it was scored; scored again", entry["name"], entry["path"])
+                        continue
+                    data["datasets"][i] = old | {"coverage": entry["coverage"]}
                     kept.append(entry["name"])
-            if previous.get("model", {}).get("base"):
-                data["model"] = previous["model"]
-            data["warnings"] = [w for w in previous.get("warnings", []) if w.split(":")[0] in kept]
-        report = cls(out_dir, data, kept)
-        report._open_generations()
-        report.save()
+                if previous.get("model", {}).get("base"):
+                    data["model"] = previous["model"]
+            report = cls(out_dir, data, kept, write_dir=write_dir, lock=lock)
+            warning = coverage_warning(data["datasets"])
+            if warning:
+                report.warn(warning)
+            if previous is not None:  # the kept sets' warnings
+                report.data["warnings"] += [w for w in previous.get("warnings", []) if w.split(":")[0] in kept]
+            report._open_generations()
+            report.save()
+        except BaseException:
+            unlock_folder(lock)
+            raise
         return report
 
     # ---------------------------------------------------------------------------------------- state
@@ -248,8 +331,7 @@ class RunReport:
         self.save()
 
     def write_generation(self, record: dict) -> None:
-        self._generations.write(json.dumps(record) + "\n")
-        self._generations.flush()
+        self._generations.write(record)
 
     def mark_complete(self) -> None:
         self.data["status"] = "complete"
@@ -258,20 +340,22 @@ class RunReport:
         self.data["status"] = "partial"
         self.data["error"] = f"{type(err).__name__}: {err}"
         LOG.error("evaluation stopped (%s); writing the partial report", self.data["error"])
+        if self.staged:
+            LOG.error(
+                "the report already in %s is kept; this run's partial report is in %s (the same command, with "
+                "--overwrite, resumes it)",
+                self.out_dir,
+                self.dir,
+            )
 
     # ---------------------------------------------------------------------------------------- files
 
     def _open_generations(self) -> None:
         """generations.jsonl with the lines of the kept sets only (a stopped set is redone from its start)."""
-        path = self.out_dir / GENERATIONS_FILE
-        kept_lines = []
-        if self._kept and path.is_file():
-            with open(path, encoding="utf-8") as handle:
-                kept_lines = [line for line in handle if line.strip() and json.loads(line)["dataset"] in self._kept]
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(kept_lines), encoding="utf-8")
-        os.replace(tmp, path)
-        self._generations = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in finish()
+        path = self.dir / GENERATIONS_FILE
+        kept = [r for r in read_jsonl(path) if r.get("dataset") in self._kept] if self._kept else []
+        write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+        self._generations = JsonlAppender(path)
 
     def _refresh(self) -> None:
         self.data["macc"] = macc(self.data["datasets"])
@@ -283,38 +367,100 @@ class RunReport:
         write_json_atomic(self.json_path, self.data)
 
     def finish(self) -> dict:
-        """Close generations.jsonl, write report.md, the plots and report.json; returns the report."""
-        if self._generations is not None:
-            self._generations.close()
-            self._generations = None
-        self._refresh()
-        self.data["files"]["markdown"] = "report.md"
+        """Close generations.jsonl, write report.md, the plots and report.json (and, replacing another run's
+        report, move them into ``out_dir`` once complete); returns the report."""
         try:
-            self.data["files"]["plots"] = [p.name for p in _plots(self.data, self.out_dir) if p is not None]
-        except Exception as err:  # noqa: BLE001 - a plot must never cost the report
-            self.warn(f"plots skipped: {type(err).__name__}: {err}")
-        (self.out_dir / "report.md").write_text(report_markdown(self.data), encoding="utf-8")
-        write_json_atomic(self.json_path, self.data)
+            if self._generations is not None:
+                self._generations.close()
+                self._generations = None
+            self._refresh()
+            self.data["files"]["markdown"] = "report.md"
+            plots: list[str] = []
+            try:
+                plots = [p.name for p in _plots(self.data, self.dir) if p is not None]
+            except Exception as err:  # noqa: BLE001 - a plot must never cost the report
+                self.warn(f"plots skipped: {type(err).__name__}: {err}")
+            self.data["files"]["plots"] = plots
+            stale = [name for name in PLOT_FILES if name not in plots]  # an earlier run's, or one that failed now
+            for name in stale:
+                (self.dir / name).unlink(missing_ok=True)
+            write_text_atomic(self.dir / "report.md", report_markdown(self.data))
+            write_json_atomic(self.json_path, self.data)
+            if self.staged and self.data["status"] == "complete":
+                publish_files(self.dir, self.out_dir, [GENERATIONS_FILE, "report.md", *plots, "report.json"], stale)
+                self.dir, self.json_path = self.out_dir, self.out_dir / "report.json"
+        finally:
+            unlock_folder(self._lock)
+            self._lock = None
         return self.data
 
 
-def _previous_report(out_dir: Path, resume_key: dict) -> dict | None:
-    """The report already in ``out_dir`` when it is this run's (to resume); an error when it is another run's."""
-    path = out_dir / "report.json"
+def _holds_results(report: dict) -> bool:
+    return any(
+        d.get("status") == "complete" or d.get("generation") or d.get("teacher_forced")
+        for d in report.get("datasets") or []
+    )
+
+
+def _report_in(folder: Path) -> tuple[dict | None, str | None]:
+    """The report in ``folder`` (None when there is none) or why it cannot be read."""
+    path = folder / "report.json"
     if not path.is_file():
-        return None
+        return None, None
     try:
-        previous = load_report(path)
+        return load_report(path), None
     except ValueError as err:
-        raise ValueError(f"{out_dir} holds a report.json del-eval cannot resume ({err}); pass --overwrite") from None
+        return None, f"its report.json cannot be read: {err}"
+
+
+def _why_not_resumable(previous: dict, resume_key: dict, tasks: Sequence) -> str | None:
+    """Why the report ``previous`` is another run's (None when this run resumes it): other settings, or complete
+    sets this run does not have (resuming would drop them)."""
     if previous.get("run") != resume_key:
         old = previous.get("run") or {}
         differs = [f"{k}: {old.get(k)!r} there, {v!r} now" for k, v in resume_key.items() if old.get(k) != v]
-        raise ValueError(
-            f"{out_dir} holds the report of another run ({'; '.join(differs) or 'an older schema'}): give another "
-            "--out, or --overwrite to replace it"
+        return "; ".join(differs) or "an older schema"
+    names = {t.name for t in tasks}
+    dropped = [
+        d["name"] for d in previous.get("datasets") or [] if d.get("status") == "complete" and d["name"] not in names
+    ]
+    if dropped:
+        return f"its sets {', '.join(dropped)} are not in this run"
+    return None
+
+
+def _where_to_write(out_dir: Path, resume_key: dict, tasks: Sequence, overwrite: bool) -> tuple[Path, dict | None]:
+    """The folder this run writes in (``out_dir``, or the staging folder when it replaces another run's report) and
+    the report it resumes (None: it starts afresh)."""
+    staging = out_dir / STAGING_DIR
+    previous, unreadable = _report_in(out_dir)
+    if previous is not None and not _holds_results(previous):
+        LOG.info("%s: its report holds no results yet; replaced", out_dir)
+        previous = None
+    if previous is None and unreadable is None:
+        shutil.rmtree(staging, ignore_errors=True)
+        return out_dir, None
+    why = unreadable or _why_not_resumable(previous, resume_key, tasks)
+    if why is None:
+        shutil.rmtree(staging, ignore_errors=True)  # a replacement that was published, or given up
+        return out_dir, previous
+    if not overwrite:
+        hint = ""
+        if (staging / "report.json").is_file():
+            hint = f" (a stopped run that was replacing it left its partial report in {staging})"
+        raise OutputError(
+            f"{out_dir} holds the report of another run ({why}): give another --out, or --overwrite to replace it"
+            + hint
         )
-    return previous
+    staged, _ = _report_in(staging)
+    if staged is not None and _why_not_resumable(staged, resume_key, tasks) is None:
+        return staging, staged
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir()
+    except OSError as err:
+        raise OutputError(f"{staging}: cannot be made ({err.strerror or err}); give another --out") from None
+    return staging, None
 
 
 def _plots(report: dict, out_dir: Path) -> list[Path | None]:
@@ -355,9 +501,12 @@ def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str
         raise ValueError(f"{len(labels)} labels for {len(reports)} reports")
     if len(set(labels)) != len(labels):
         labels = [f"{label} ({i + 1})" for i, label in enumerate(labels)]
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = prepare_output_dir(out_dir)
+    warnings = comparison_warnings(reports, labels)
+    for warning in warnings:
+        LOG.warning(warning)
     written = {"markdown": out_dir / "comparison.md", "json": out_dir / "comparison.json"}
-    written["markdown"].write_text(comparison_markdown(reports, labels), encoding="utf-8")
+    write_text_atomic(written["markdown"], comparison_markdown(reports, labels))
     data_sets = dataset_entries(reports, labels, benchmarks=False)
     plot_set = OVERALL if OVERALL in data_sets else next(iter(data_sets), None)
     entries = data_sets[plot_set] if plot_set else [(label, r["overall"]) for label, r in zip(labels, reports)]
@@ -381,8 +530,12 @@ def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str
             "The paper's benchmarks: accuracy",
         )
     written.update({kind: path for kind, path in plots.items() if path is not None})
+    for name in PLOT_FILES:  # an earlier comparison's plot this one does not have
+        if out_dir / name not in written.values():
+            (out_dir / name).unlink(missing_ok=True)
     summary = {
         "schema": SCHEMA + "/comparison",
+        "warnings": warnings,
         "models": [
             {
                 "label": label,
@@ -393,6 +546,7 @@ def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str
                 "datasets": {
                     d["name"]: {
                         "benchmark": d.get("benchmark"),
+                        "coverage": d.get("coverage"),
                         "generation": d.get("generation"),
                         "teacher_forced": d.get("teacher_forced"),
                     }

@@ -3,14 +3,14 @@ the sets a stopped run already scored), load the model, then per set the teacher
 generations, scored as they come.
 
 Results are saved as they come: every generation is appended to ``generations.jsonl`` at once, ``report.json``
-is rewritten after every batch, and the report is finished even when the run stops half-way (an error, Ctrl-C,
-SIGTERM), with ``"status": "partial"`` and the numbers of the finished problems. Run the same command again with
-the same ``--out`` and it starts from the sets not yet complete.
+is rewritten (by rename) after every batch, and the report is finished even when the run stops half-way (an error,
+Ctrl-C, SIGTERM), with ``"status": "partial"`` and the numbers of the finished problems. Run the same command again
+with the same ``--out`` and it starts from the sets not yet complete; after a hard kill (SIGKILL) too, with every
+problem in ``generations.jsonl`` once (:class:`~.report.RunReport`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -21,6 +21,7 @@ from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, run_programs
 from .benchmarks.readers import Verdict
 from .benchmarks.sets import Problem
 from .metrics import GenerationMetrics, ProgramCounts
+from .output import read_jsonl
 from .report import GENERATIONS_FILE, RunReport, require_eval_extra
 from .tasks import EvalTask, generation_record, plan_tasks
 from .teacher_forced import TeacherForcedStats
@@ -76,27 +77,38 @@ def evaluate(
     name: str | None = None,
     settings: EvalSettings = EvalSettings(),
     overwrite: bool = False,
+    allow_modified: bool = False,
 ) -> dict:
     """Evaluate ``model`` (+ ``adapter``) on the JSONL ``data`` files and the paper's ``benchmarks`` (names, or
     ``"all"``; SimulEq and SAT read from ``benchmark_dir``); write ``out_dir``/report.json, report.md,
     generations.jsonl and plots; return the report (schema in docs/evaluation.md).
 
-    A missing set, an unknown name or a missing extra (``pip install del-plugin[eval]``) is an error before the
-    model loads. ``out_dir`` holding the report of the same run resumes it (the complete sets are kept);
-    holding another run's report it is an error unless ``overwrite``."""
+    Before anything is written or loaded: a missing or unreadable set, an unknown name, a user's SimulEq or SAT
+    file that is not the authors' (unless ``allow_modified``), a model that is neither a folder nor in the Hugging
+    Face cache (:class:`~.errors.UnusableInput`, a ValueError; FileNotFoundError) or a missing extra
+    (``pip install del-plugin[eval]``, ImportError) is an error. ``out_dir`` holding the report of the same run
+    resumes it (the complete sets are kept); holding another run's report it is an :class:`~.errors.OutputError`
+    unless ``overwrite`` (the earlier report is then replaced when this run is complete, not before)."""
+    from .generation import check_model_source
+
     if out_dir is None:
         raise ValueError("evaluate needs out_dir, the folder the report is written to")
     require_eval_extra()
-    tasks = plan_tasks(data, benchmarks, benchmark_dir, settings.limit)
+    tasks = plan_tasks(data, benchmarks, benchmark_dir, settings.limit, allow_modified=allow_modified)
     warnings = _log_plan(tasks)
+    source = check_model_source(model, adapter)
     name = name or (Path(adapter).name if adapter else Path(model).name)
+    # the same command on weights trained again into the same folder is another run, not one to resume
+    weights = {"weights": source.weights_fingerprint()}
     report = RunReport.open(
         Path(out_dir),
         command="run",
         name=name,
         model={"path": str(model), "adapter": None if adapter is None else str(adapter)},
         settings=asdict(settings),
-        resume_key={"model": str(model), "adapter": None if adapter is None else str(adapter)} | settings.resume_key(),
+        resume_key={"model": str(model), "adapter": None if adapter is None else str(adapter)}
+        | weights
+        | settings.resume_key(),
         tasks=tasks,
         overwrite=overwrite,
     )
@@ -297,7 +309,8 @@ def _run_programs(task: EvalTask, problems, texts, settings: EvalSettings) -> li
 
 
 def read_generations(out_dir: str | Path) -> list[dict]:
-    """The records of ``out_dir``/generations.jsonl."""
+    """The records of ``out_dir``/generations.jsonl (a last line a hard kill cut is left out)."""
     path = Path(out_dir) / GENERATIONS_FILE
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    return read_jsonl(path)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, run_programs
 from .benchmarks.readers import Verdict
+from .errors import UnusableInput, read_input_bytes
 from .metrics import GenerationMetrics, ProgramCounts
 from .report import RunReport, require_eval_extra
-from .tasks import benchmark_task, generation_record
+from .tasks import benchmark_task, generation_record, refuse_modified_sets
 
 __all__ = ["read_predictions", "score_predictions"]
 
@@ -22,20 +23,28 @@ _MAX_ERRORS_SHOWN = 10
 
 
 def read_predictions(predictions: str | Path | Iterable[dict], n_problems: int) -> dict[int, str]:
-    """``{id: output}`` from a JSONL file (or dicts). Every bad line is an error (ValueError listing them with
-    their line numbers): not JSON, no ``id`` or ``output``, an id that is not an integer in ``[0, n_problems)``, an
-    id given twice."""
+    """``{id: output}`` from a JSONL file (or dicts). Every bad line is an error (:class:`~.errors.UnusableInput`
+    listing them with their line numbers): not UTF-8, not JSON, no ``id`` or ``output``, an id that is not an integer
+    in ``[0, n_problems)``, an id given twice. A file that cannot be read is one too."""
     where = str(predictions) if isinstance(predictions, (str, Path)) else "predictions"
+    errors: list[str] = []
     if isinstance(predictions, (str, Path)):
-        path = Path(predictions)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such predictions file")
-        with open(path, encoding="utf-8") as handle:
-            rows = [(number, line) for number, line in enumerate(handle, 1) if line.strip()]
+        raw = read_input_bytes(predictions, "predictions file")
+        rows = []
+        for number, line in enumerate(raw.split(b"\n"), 1):
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                errors.append(
+                    f"{where}:{number}: not UTF-8 (byte 0x{line[err.start]:02x} at column {err.start + 1}); save the "
+                    "file as UTF-8"
+                )
+                continue
+            if text.strip():
+                rows.append((number, text))
     else:
         rows = [(number, row) for number, row in enumerate(predictions, 1)]
     outputs: dict[int, str] = {}
-    errors: list[str] = []
     for number, row in rows:
         if isinstance(row, str):
             try:
@@ -57,9 +66,9 @@ def read_predictions(predictions: str | Path | Iterable[dict], n_problems: int) 
             outputs[problem_id] = output
     if errors:
         shown = errors[:_MAX_ERRORS_SHOWN] + ([f"… {len(errors) - _MAX_ERRORS_SHOWN} more"] if errors[10:] else [])
-        raise ValueError(f"{len(errors)} bad prediction line(s):\n" + "\n".join(shown))
+        raise UnusableInput(f"{len(errors)} bad prediction line(s):\n" + "\n".join(shown))
     if not outputs:
-        raise ValueError(f"{where}: no predictions")
+        raise UnusableInput(f"{where}: no predictions")
     return outputs
 
 
@@ -72,13 +81,18 @@ def score_predictions(
     name: str | None = None,
     program_of_thought: bool = False,
     program_timeout_s: float = PROGRAM_TIMEOUT_S,
+    overwrite: bool = False,
+    allow_modified: bool = False,
 ) -> dict:
     """Score ``predictions`` (see the module docs) on ``benchmark``; write ``out_dir``/report.json, report.md
-    and generations.jsonl (replacing a report there); return the report. With ``program_of_thought``, an output
-    that holds a program is run (:mod:`.benchmarks.program`) and its printed output read as the answer; there is
-    no chain-of-thought to fall back to here."""
+    and generations.jsonl; return the report. The report of another run in ``out_dir`` is an
+    :class:`~.errors.OutputError` unless ``overwrite`` (it is then replaced once this one is written whole). With
+    ``program_of_thought``, an output that holds a program is run (:mod:`.benchmarks.program`) and its printed
+    output read as the answer; there is no chain-of-thought to fall back to here. A user's SimulEq or SAT file that
+    is not the authors' is refused unless ``allow_modified``."""
     require_eval_extra()
     task = benchmark_task(benchmark, benchmark_dir, None)
+    refuse_modified_sets([task], allow_modified)
     outputs = read_predictions(predictions, len(task.problems))
     task.problems = [p for p in task.problems if p.id in outputs]
     source = str(predictions) if isinstance(predictions, (str, Path)) else None
@@ -90,12 +104,20 @@ def score_predictions(
         name=name or (Path(source).stem if source else benchmark),
         model={"predictions": source},
         settings=settings,
-        resume_key={"predictions": source, "predictions_sha256": digest},
+        resume_key={
+            "benchmark": task.name,
+            "predictions": source,
+            "predictions_sha256": digest,
+            "program_of_thought": program_of_thought,
+        },
         tasks=[task],
-        overwrite=True,
+        overwrite=overwrite,
     )
     if task.source_warning():
         report.warn(task.source_warning())
+    if report.is_complete(task.name):  # the same scoring, already in out_dir: written again as it is
+        report.mark_complete()
+        return report.finish()
     try:
         metrics = GenerationMetrics(task.scoring)
         report.start_task(task)

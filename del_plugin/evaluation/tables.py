@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
 
-__all__ = ["OVERALL", "comparison_markdown", "report_markdown"]
+__all__ = ["OVERALL", "comparison_markdown", "comparison_warnings", "is_partial", "report_markdown"]
 
 OVERALL = "all sets"
 _MAX_ISSUES_IN_MARKDOWN = 20
@@ -31,6 +31,18 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
+
+
+def is_partial(entry: dict) -> bool:
+    """Whether a benchmark's entry scored part of its problems only (``coverage``: ``--limit``, or ``score`` given
+    some ids)."""
+    cover = entry.get("coverage")
+    return bool(cover) and cover["problems"] < cover["total"]
+
+
+def _coverage_text(entry: dict) -> str:
+    cover = entry.get("coverage") or {}
+    return f"{cover.get('problems', 0):,} of {cover.get('total', 0):,}"
 
 
 def benchmark_title(entry: dict) -> str:
@@ -112,8 +124,11 @@ _BENCHMARK_COLUMNS = ("problems", "accuracy", "no answer", "MAE", "log-MAE", "ac
 
 def _benchmark_cells(entry: dict) -> list[str]:
     gen = entry.get("generation") or {}
+    problems = fmt(gen.get("n", 0), "int")
+    if is_partial(entry):
+        problems += f" of {entry['coverage']['total']:,}"
     return [
-        fmt(gen.get("n", 0), "int"),
+        problems,
         fmt(gen.get("accuracy"), "pct"),
         fmt(gen.get("no_answer"), "int"),
         fmt(gen.get("mae")),
@@ -247,8 +262,72 @@ def benchmark_accuracies(report: dict) -> dict[str, float]:
     }
 
 
+def _benchmark_entry(report: dict, name: str) -> dict | None:
+    return next(
+        (
+            d
+            for d in report["datasets"]
+            if d.get("benchmark") == name and (d.get("generation") or {}).get("accuracy") is not None
+        ),
+        None,
+    )
+
+
+def _problems_key(entry: dict, report: dict) -> tuple:
+    """Which problems of its set ``entry`` scored: its coverage (size and ids), or for a report that does not record
+    it (schema del-eval/1, older /2) its ``--limit``."""
+    cover = entry.get("coverage")
+    if cover:
+        return (cover["total"], cover["ids_sha256"])
+    return ("limit", (report.get("settings") or {}).get("limit"))
+
+
+def _comparability(reports: Sequence[dict], labels: Sequence[str]) -> tuple[set[str], bool, list[str]]:
+    """Which columns of the paper's table may be ranked: the benchmarks every report scored on the same problems,
+    and mACC when every report averages the same sets, each so ranked; with the warnings that say why not, and
+    which sets were scored in part."""
+    present = [n for n in BENCHMARK_NAMES if any(n in benchmark_accuracies(r) for r in reports)]
+    ranked: set[str] = set()
+    warnings: list[str] = []
+    partial = []
+    for name in present:
+        entries = [(label, r, e) for label, r in zip(labels, reports) if (e := _benchmark_entry(r, name))]
+        if len({_problems_key(e, r) for _, r, e in entries}) > 1:
+            scored = "; ".join(
+                f"{label}: {_coverage_text(e) if e.get('coverage') else 'limit ' + str(_problems_key(e, r)[1])}"
+                for label, r, e in entries
+            )
+            warnings.append(f"{BENCHMARKS[name].title} is not ranked: the reports scored different problems ({scored})")
+            continue
+        ranked.add(name)
+        if is_partial(entries[0][2]):
+            partial.append(f"{BENCHMARKS[name].title} {_coverage_text(entries[0][2])}")
+    if partial:
+        warnings.append(
+            f"partial coverage: {', '.join(partial)} problems (the same in every report that has the set); "
+            "mACC and the accuracies are over those problems only"
+        )
+    maccs = [(label, r["macc"]) for label, r in zip(labels, reports) if r.get("macc")]
+    macc_ranked = True
+    if len({tuple(m["sets"]) for _, m in maccs}) > 1:
+        sets = "; ".join(f"{label}: {', '.join(m['sets'])}" for label, m in maccs)
+        warnings.append(f"mACC is not ranked: the reports average different sets ({sets})")
+        macc_ranked = False
+    elif maccs and not set(maccs[0][1]["sets"]) <= ranked:
+        warnings.append("mACC is not ranked: some of its sets were scored on different problems (above)")
+        macc_ranked = False
+    return ranked, macc_ranked, warnings
+
+
+def comparison_warnings(reports: Sequence[dict], labels: Sequence[str]) -> list[str]:
+    """What a reader of the side-by-side table must know: columns not ranked (different sets or problems) and
+    partial coverage."""
+    return _comparability(reports, labels)[2] if len(reports) > 1 else []
+
+
 def _paper_table(reports: Sequence[dict], labels: Sequence[str]) -> list[str]:
-    """Models x benchmarks accuracy, the paper's column order, mACC last, best per column in bold."""
+    """Models x benchmarks accuracy, the paper's column order, mACC last, best per column in bold where the column
+    is comparable (:func:`_comparability`), the warnings below."""
     present = [n for n in BENCHMARK_NAMES if any(n in benchmark_accuracies(r) for r in reports)]
     if not present:
         return []
@@ -258,17 +337,19 @@ def _paper_table(reports: Sequence[dict], labels: Sequence[str]) -> list[str]:
     macc_title = macc_labels.pop() if len(macc_labels) == 1 else "mACC"
     values = [[benchmark_accuracies(r).get(n) for n in present] + [m.get("value")] for r, m in zip(reports, maccs)]
     rows = [[label] + [fmt(v, "pct") for v in row] for label, row in zip(labels, values)]
+    warnings: list[str] = []
     if len(reports) > 1:
+        ranked, macc_ranked, warnings = _comparability(reports, labels)
+        comparable = [n in ranked for n in present] + [macc_ranked]
         for col in range(len(present) + 1):
             known = [row[col] for row in values if row[col] is not None]
-            if len(known) >= 2 and len(set(known)) > 1:
+            if comparable[col] and len(known) >= 2 and len(set(known)) > 1:
                 for row, cells in zip(values, rows):
                     if row[col] == max(known):
                         cells[col + 1] = f"**{cells[col + 1]}**"
     lines = ["", "## The paper's benchmarks: accuracy", ""] + _table(["model", *columns, macc_title], rows)
-    differing = {r.get("settings", {}).get("limit") for r in reports}
-    if len(differing) > 1:
-        lines += ["", "**The reports used different --limit values: their numbers cover different problems.**"]
+    if warnings:
+        lines += [""] + [f"**{w}**" for w in warnings]
     return lines
 
 

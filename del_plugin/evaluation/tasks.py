@@ -14,8 +14,18 @@ from .answers import extract_answer, is_correct, to_float
 from .benchmarks.readers import Verdict, canonical_number
 from .benchmarks.sets import PROGRAM_SUFFIX, Benchmark, Problem, load_benchmark, resolve_benchmark_names
 from .data import DataIssue, check_files_exist, read_eval_set
+from .errors import UnusableInput
 
-__all__ = ["EvalTask", "benchmark_task", "data_file_task", "generation_record", "plan_tasks", "score_tolerance"]
+__all__ = [
+    "EvalTask",
+    "ModifiedBenchmarkError",
+    "benchmark_task",
+    "data_file_task",
+    "generation_record",
+    "plan_tasks",
+    "refuse_modified_sets",
+    "score_tolerance",
+]
 
 
 def score_tolerance(output: str, reference: str) -> Verdict:
@@ -126,16 +136,45 @@ def plan_tasks(
     benchmarks: str | Sequence[str] = (),
     benchmark_dir: str | Path | None = None,
     limit: int | None = None,
+    *,
+    allow_modified: bool = False,
 ) -> list[EvalTask]:
     """The sets of one run, read and checked: the benchmarks (in the paper's order), then the data files. Raises
-    FileNotFoundError or ValueError, naming the set and the path, for anything missing or unreadable."""
+    FileNotFoundError or ValueError, naming the set and the path, for anything missing or unreadable (and for a
+    user's benchmark file that is not the authors', unless ``allow_modified``)."""
     names = resolve_benchmark_names(benchmarks) if benchmarks else []
     if not names and not data:
         raise ValueError("nothing to evaluate: give --data files and/or --benchmarks")
     check_files_exist(list(data))
     tasks = [benchmark_task(n, benchmark_dir, limit) for n in names]
+    refuse_modified_sets(tasks, allow_modified)
     tasks += [data_file_task(p, n, limit) for p, n in zip(data, _unique_names(data, set(names)))]
     return tasks
+
+
+class ModifiedBenchmarkError(UnusableInput):
+    """A user's copy of SimulEq or SAT that is not the authors' file (its sha256 differs), not allowed."""
+
+
+def modified_set_error(
+    name: str, path: str, sha256: str, expected: str, fix: str = "pass --allow-modified to score this file"
+) -> ModifiedBenchmarkError:
+    """The error for a benchmark read from a file that is not the authors' (``fix``: how to score it anyway)."""
+    return ModifiedBenchmarkError(
+        f"{name}: {path} is not the authors' file (sha256 {sha256}, expected {expected}), so its accuracy would not "
+        f"be comparable with the paper's: use the authors' copy (docs/evaluation.md says where), or {fix} (the "
+        "report then marks it)"
+    )
+
+
+def refuse_modified_sets(tasks: Sequence[EvalTask], allow_modified: bool) -> None:
+    """A :class:`ModifiedBenchmarkError` for the first benchmark read from a file that is not the authors', unless
+    ``allow_modified``: its accuracy would not be comparable with the paper's, and a script must notice (a warning
+    and a mark in the report are easy to miss)."""
+    for task in tasks:
+        if task.source.get("verified") is False and not allow_modified:
+            source = task.source
+            raise modified_set_error(task.name, source["path"], source["sha256"], source["expected_sha256"])
 
 
 def generation_record(

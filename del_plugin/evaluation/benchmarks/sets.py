@@ -4,7 +4,8 @@ GSM8K, MATH, SVAMP, AQuA and MMLU-math ship in the package (``del_plugin/evaluat
 licence). SimulEq and SAT are read from a folder the user names (``benchmark_dir``), laid out as the authors'
 copies are: ``simuleq/simuleq.json`` and ``sat/sat.json``. Every file's sha256 is checked against the authors'
 file: a shipped file that differs is an error (the package is damaged); a user's file that differs is read, and
-its :class:`BenchmarkSet` says so (``verified`` False), since its accuracy is then not comparable with the paper's.
+its :class:`BenchmarkSet` says so (``verified`` False), since its accuracy is then not comparable with the paper's
+(del-eval refuses it unless ``--allow-modified``: :func:`~del_plugin.evaluation.tasks.refuse_modified_sets`).
 
 Questions are written as the authors' harness writes them: SVAMP's ``Body`` + " " + ``Question``; AQuA's and
 MMLU's options appended as ``Answer Choices: (A) … (B) …``; SAT's already inline. The id of a problem is its
@@ -21,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UnusableInput, decode_text, read_input_bytes
 from .latex import last_boxed, normalize_math_answer
 from .readers import ANSWER_MARKER, GSM8K_MARKERS, Verdict, reference_number, score_choice, score_math, score_number
 
@@ -56,12 +58,12 @@ class Problem:
     solution: str | None = None
 
 
-class BenchmarkFileError(ValueError):
+class BenchmarkFileError(UnusableInput):
     """A benchmark file that cannot be read as its set's layout."""
 
 
 def _rows(raw: bytes, path: str, layout: str) -> list:
-    text = raw.decode("utf-8")
+    text = decode_text(raw, path, "benchmark file")
     try:
         if layout == "array":
             rows = json.loads(text)
@@ -368,11 +370,11 @@ def benchmark_path(benchmark: Benchmark, benchmark_dir: str | Path | None) -> Pa
 def load_benchmark(name: str, benchmark_dir: str | Path | None = None, limit: int | None = None) -> BenchmarkSet:
     """Read benchmark ``name`` (its first ``limit`` problems when given) and check its sha256. Raises
     FileNotFoundError (a missing file, see :func:`benchmark_path`) or ValueError (an unknown name, a file that
-    is not the set's layout, a damaged shipped file)."""
+    is not UTF-8 or not the set's layout, a damaged shipped file)."""
     (name,) = resolve_benchmark_names([name])
     benchmark = BENCHMARKS[name]
     path = benchmark_path(benchmark, benchmark_dir)
-    raw = path.read_bytes()
+    raw = read_input_bytes(path, "benchmark file")
     if path.suffix == ".gz":
         raw = gzip.decompress(raw)
     digest = hashlib.sha256(raw).hexdigest()

@@ -1,0 +1,105 @@
+"""del-eval's exit statuses, defined here once (``del-eval --help`` and docs/evaluation.md print this table), and the
+errors a user can fix: an input del-eval cannot use (:class:`UnusableInput`, and the FileNotFoundError / ValueError
+the readers raise) and an output folder it cannot write (:class:`OutputError`).
+
+Reading an input file goes through :func:`read_input_bytes` and :func:`decode_text`, so that every unreadable file
+is refused the same way: one line naming the file (and the line, for text that is not UTF-8) and the fix."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_RUN_FAILED",
+    "EXIT_STATUSES",
+    "EXIT_STATUS_HELP",
+    "EXIT_TERMINATED",
+    "EXIT_UNUSABLE_INPUT",
+    "EXIT_UNWRITABLE_OUTPUT",
+    "EXIT_USAGE",
+    "OutputError",
+    "UnusableInput",
+    "UsageError",
+    "decode_text",
+    "read_input_bytes",
+]
+
+EXIT_OK = 0
+EXIT_RUN_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNUSABLE_INPUT = 3
+EXIT_UNWRITABLE_OUTPUT = 4
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+# (status, meaning): printed by --help, and the table of docs/evaluation.md
+EXIT_STATUSES = (
+    (EXIT_OK, "done: the report is complete"),
+    (
+        EXIT_RUN_FAILED,
+        "the evaluation stopped on an unexpected error (the traceback says where); the partial report is saved and "
+        "the same command resumes it",
+    ),
+    (EXIT_USAGE, "the command line is wrong (an unknown option, a missing one)"),
+    (
+        EXIT_UNUSABLE_INPUT,
+        "an input cannot be used, and nothing was evaluated: a file or model that is missing or unreadable, text "
+        "that is not UTF-8, bad lines, a SimulEq or SAT file that is not the authors' (without --allow-modified), a "
+        "missing package",
+    ),
+    (
+        EXIT_UNWRITABLE_OUTPUT,
+        "--out cannot be written: a file, under a file, a folder you cannot write, a folder holding another run's "
+        "report (without --overwrite), a full disk; a report already there is kept",
+    ),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C); the partial report is saved and the same command resumes it"),
+    (EXIT_TERMINATED, "stopped by SIGTERM (kill, a job scheduler); the same as 130"),
+)
+EXIT_STATUS_HELP = "exit status:\n" + "\n".join(
+    textwrap.fill(text, 79, initial_indent=f"  {status:<4} ", subsequent_indent=" " * 7)
+    for status, text in EXIT_STATUSES
+)
+
+
+class UsageError(ValueError):
+    """A command line that asks for nothing del-eval can do, or for two things that exclude each other (exit
+    status 2, as argparse's own errors)."""
+
+
+class UnusableInput(ValueError):
+    """An input del-eval cannot use (exit status 3): the message names the file or model and the fix."""
+
+
+class OutputError(OSError):
+    """The output folder cannot be used or written (exit status 4): the message names the path and the fix."""
+
+
+def read_input_bytes(path: str | Path, what: str) -> bytes:
+    """The bytes of the input file ``path`` (``what`` it is, e.g. "predictions file"); a missing file, a folder or a
+    file that cannot be read is an :class:`UnusableInput` naming it."""
+    path = Path(path)
+    if path.is_dir():
+        raise UnusableInput(f"{path} is a folder, not a {what}: give the file")
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise UnusableInput(f"{path}: no such {what}") from None
+    except OSError as err:
+        raise UnusableInput(f"{path}: cannot read this {what} ({err.strerror or err})") from None
+
+
+def decode_text(raw: bytes, path: str | Path, what: str) -> str:
+    """``raw`` as UTF-8 text; bytes that are not UTF-8 are an :class:`UnusableInput` naming the file, the line and
+    the column (a file saved in another encoding: save it as UTF-8)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        raise UnusableInput(
+            f"{path}:{line}: this {what} is not UTF-8 (byte 0x{raw[err.start]:02x} at column {column}); save it as "
+            "UTF-8"
+        ) from None

@@ -22,6 +22,10 @@ from pathlib import Path
 __all__ = ["main", "build_parser", "stop_cleanly_on_sigterm"]
 
 _BENCHMARKS_HELP = "gsm8k, math, svamp, simuleq, aqua, sat, mmlu_math"
+_UNSANDBOXED_HELP = (
+    "with --program-of-thought: run the programs WITHOUT the sandbox (only CPU, memory and output limits; they "
+    "can read your files and use the network), e.g. inside a disposable container where no sandbox works"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--program-of-thought",
         action="store_true",
         help="run gsm8k, math, svamp and simuleq as the paper does: ask for a Python program, EXECUTE it in a "
-        "limited subprocess (not a security boundary: see docs/evaluation.md), chain-of-thought as the fallback",
+        "sandbox (bwrap or Linux namespaces: see docs/evaluation.md), chain-of-thought as the fallback",
     )
+    run.add_argument("--unsandboxed-programs", action="store_true", help=_UNSANDBOXED_HELP)
     run.add_argument("--overwrite", action="store_true", help="replace a report of another run in --out")
     run.add_argument("--no-generate", action="store_true", help="teacher-forced digit metrics only")
     run.add_argument("--no-teacher-forced", action="store_true", help="generation metrics only")
@@ -99,9 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--program-of-thought",
         action="store_true",
-        help="EXECUTE outputs that hold a Python program (limited subprocess, not a security boundary) and read "
+        help="EXECUTE outputs that hold a Python program (in a sandbox: bwrap or Linux namespaces) and read "
         "what they print as the answer",
     )
+    score.add_argument("--unsandboxed-programs", action="store_true", help=_UNSANDBOXED_HELP)
 
     compare = commands.add_parser("compare", help="side-by-side tables and plots of several reports")
     compare.add_argument("reports", nargs="+", help="report.json files or the folders del-eval run/score wrote")
@@ -123,6 +129,7 @@ def _run(args: argparse.Namespace) -> int:
         generate=not args.no_generate,
         teacher_forced=not args.no_teacher_forced,
         program_of_thought=args.program_of_thought,
+        unsandboxed_programs=args.unsandboxed_programs,
         dtype=args.dtype,
         device=args.device,
     )
@@ -164,6 +171,7 @@ def _score(args: argparse.Namespace) -> int:
         benchmark_dir=args.benchmark_dir,
         name=args.name,
         program_of_thought=args.program_of_thought,
+        unsandboxed_programs=args.unsandboxed_programs,
     )
     _print_written(report, out)
     return 0

@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, run_programs
+from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sandbox, run_programs
 from .benchmarks.readers import Verdict
 from .metrics import GenerationMetrics, ProgramCounts
 from .report import RunReport, require_eval_extra
@@ -72,18 +72,27 @@ def score_predictions(
     name: str | None = None,
     program_of_thought: bool = False,
     program_timeout_s: float = PROGRAM_TIMEOUT_S,
+    unsandboxed_programs: bool = False,
 ) -> dict:
     """Score ``predictions`` (see the module docs) on ``benchmark``; write ``out_dir``/report.json, report.md
     and generations.jsonl (replacing a report there); return the report. With ``program_of_thought``, an output
     that holds a program is run (:mod:`.benchmarks.program`) and its printed output read as the answer; there is
-    no chain-of-thought to fall back to here."""
+    no chain-of-thought to fall back to here. ``unsandboxed_programs``: run them without the sandbox."""
     require_eval_extra()
+    if unsandboxed_programs and not program_of_thought:
+        raise ValueError("--unsandboxed-programs needs --program-of-thought")
+    sandbox = program_sandbox(unsandboxed_programs) if program_of_thought else None  # before any program runs
     task = benchmark_task(benchmark, benchmark_dir, None)
     outputs = read_predictions(predictions, len(task.problems))
     task.problems = [p for p in task.problems if p.id in outputs]
     source = str(predictions) if isinstance(predictions, (str, Path)) else None
     digest = hashlib.sha256(json.dumps(outputs, sort_keys=True).encode()).hexdigest()
-    settings = {"limit": None, "program_of_thought": program_of_thought, "program_timeout_s": program_timeout_s}
+    settings = {
+        "limit": None,
+        "program_of_thought": program_of_thought,
+        "program_timeout_s": program_timeout_s,
+        "program_sandbox": sandbox,
+    }
     report = RunReport.open(
         Path(out_dir),
         command="score",
@@ -101,7 +110,7 @@ def score_predictions(
         report.start_task(task)
         texts = [outputs[p.id] for p in task.problems]
         programs = [extract_program(t) if program_of_thought else None for t in texts]
-        runs = iter(run_programs([p for p in programs if p is not None], timeout_s=program_timeout_s))
+        runs = iter(run_programs([p for p in programs if p is not None], timeout_s=program_timeout_s, sandbox=sandbox))
         if program_of_thought:
             metrics.programs = ProgramCounts(asked=len(texts), programs=sum(p is not None for p in programs))
         for problem, text, program in zip(task.problems, texts, programs):

@@ -16,9 +16,10 @@ Three modes (``settings["mode"]``):
 * ``"bwrap"``: bwrap built the sandbox; only the limits are set here.
 * ``"none"``: no isolation; only the limits.
 
-In every mode a monitor forks the program, which sets its limits, drops every capability, writes ``R`` to the
-status pipe and closes it, and runs the code as ``__main__``; the monitor then writes the program's wait status
-(``"<status>\\n"``). The caller reads ``R`` as "the sandbox started" and the status as how the program ended.
+In every mode a monitor forks the program, which (in ``"namespaces"``) drops every capability and, run by root,
+changes to nobody, sets its limits, writes ``R`` to the status pipe and closes it, and runs the code as ``__main__``;
+the monitor then writes the program's wait status (``"<status>\\n"``). The caller reads ``R`` as "the sandbox
+started" and the status as how the program ended.
 """
 
 import ctypes

@@ -58,7 +58,6 @@ LOG = logging.getLogger(__name__)
 __all__ = [
     "ProgramRun",
     "SANDBOXES",
-    "SandboxError",
     "SandboxUnavailableError",
     "extract_program",
     "program_sandbox",
@@ -87,10 +86,6 @@ _SETUP_FAILED = 125  # the launcher's exit status when it could not start the pr
 
 class SandboxUnavailableError(ValueError):
     """No sandbox works on this machine (and the programs were not allowed to run without one)."""
-
-
-class SandboxError(RuntimeError):
-    """A sandbox that works here failed to start a program (the program itself never ran)."""
 
 
 @dataclass(frozen=True)
@@ -147,14 +142,15 @@ def _last_line(path: Path) -> str:
 
 @functools.cache
 def _python_binds() -> tuple[tuple[str, str], ...]:
-    """(real path, path as the interpreter knows it) of the Python installation and its virtual environment:
-    the only folders of HOME or the working tree a sandboxed program sees (read-only)."""
+    """(real path, path inside) of the Python installation and its virtual environment, under the names the
+    interpreter knows them by and their real paths (so that links into either resolve): the only folders of
+    HOME or the working tree a sandboxed program sees (read-only)."""
     binds = {}
     for prefix in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix):
-        path = os.path.abspath(prefix)
-        if os.path.isdir(path) and not _under(path, _SYSTEM_DIRS):
-            binds.setdefault(path, os.path.realpath(path))
-    return tuple((real, path) for path, real in binds.items())
+        for path in (os.path.abspath(prefix), os.path.realpath(prefix)):
+            if os.path.isdir(path) and not _under(path, _SYSTEM_DIRS):
+                binds.setdefault(path, os.path.realpath(path))
+    return tuple((real, path) for path, real in sorted(binds.items()))  # a folder before the folders inside it
 
 
 def _under(path: str, folders: Sequence[str]) -> bool:
@@ -206,7 +202,7 @@ def _bwrap_command(settings: dict) -> list[str]:
     for real, path in settings["binds"]:
         command += ["--ro-bind", real, path]
     command += ["--dev", "/dev", "--proc", "/proc", "--size", str(PROGRAM_FOLDER_BYTES), "--tmpfs", _SANDBOX_FOLDER]
-    return command + ["--chdir", _SANDBOX_FOLDER, "--"]
+    return command + ["--remount-ro", "/", "--chdir", _SANDBOX_FOLDER, "--"]
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -222,11 +218,21 @@ def run_program(
     sandbox: str = "auto",
 ) -> ProgramRun:
     """Run ``code`` under the limits of the module docs in ``sandbox`` (``"auto"``: :func:`program_sandbox`;
-    ``"bwrap"``, ``"namespaces"`` or ``"none"``); return how it ended and what it printed. Raises
-    :class:`SandboxError` when the sandbox could not start it (nothing of the program ran)."""
+    ``"bwrap"``, ``"namespaces"`` or ``"none"``); return how it ended and what it printed. A sandbox that fails
+    to start the program (none of it ran) is a warning and an ``"error"`` of this program only."""
     mode = program_sandbox() if sandbox == "auto" else sandbox
     if mode not in SANDBOXES + (UNSANDBOXED,):
         raise ValueError(f"sandbox must be auto, {', '.join(SANDBOXES)} or {UNSANDBOXED}, got {sandbox!r}")
+    run, started = _run(code, mode, timeout_s, memory_mb, output_bytes, processes)
+    if not started:
+        LOG.warning("a program was not run: %s", run.detail)
+    return run
+
+
+def _run(
+    code: str, mode: str, timeout_s: float, memory_mb: int, output_bytes: int, processes: int
+) -> tuple[ProgramRun, bool]:
+    """:func:`run_program` in ``mode``; and whether the sandbox started the program."""
     cpu_seconds = max(1, int(timeout_s + 0.999))
     with _program_folder(unsandboxed=mode == UNSANDBOXED) as work:
         source, out_path, err_path = work / "program.py", work / "stdout.txt", work / "stderr.txt"
@@ -234,6 +240,8 @@ def run_program(
         status_read, status_write = os.pipe()
         settings = _launcher_settings(mode, status_write, cpu_seconds, memory_mb << 20, output_bytes, processes)
         command = [sys.executable, "-I", "-c", _LAUNCHER, json.dumps(settings)]
+        # bwrap run by root runs as nobody, so that the program is not root outside its namespaces
+        as_nobody = {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
         if mode == "bwrap":
             command = _bwrap_command(settings) + command
         try:
@@ -248,7 +256,11 @@ def run_program(
                     start_new_session=True,
                     close_fds=True,
                     pass_fds=(status_write,),
+                    **(as_nobody if mode == "bwrap" and os.geteuid() == 0 else {}),
                 )
+        except OSError as err:  # no bwrap; or root of a user namespace, where nobody is not mapped
+            os.close(status_read)
+            return ProgramRun("error", "", f"the {mode} sandbox did not start it: {err}"), False
         finally:
             os.close(status_write)
         try:
@@ -263,14 +275,14 @@ def run_program(
         finally:
             os.close(status_read)
         if not started:
-            if timed_out:
-                raise SandboxError(f"the {mode} sandbox did not start a program within {timeout_s:g} s")
-            raise SandboxError(f"the {mode} sandbox did not start: {_last_line(err_path) or 'no message'}")
+            why = f"not started within {timeout_s:g} s" if timed_out else _last_line(err_path) or "no message"
+            return ProgramRun("error", "", f"the {mode} sandbox did not start it: {why}"), False
         if timed_out:
-            return ProgramRun("timeout", "", f"still running after {timeout_s:g} s")
+            return ProgramRun("timeout", "", f"still running after {timeout_s:g} s"), True
         if status is None:
-            return ProgramRun("limit", "", "its sandbox was stopped before it ended")
-        return _ending(os.waitstatus_to_exitcode(status), out_path, err_path, cpu_seconds, memory_mb, output_bytes)
+            return ProgramRun("limit", "", "its sandbox was stopped before it ended"), True
+        returncode = os.waitstatus_to_exitcode(status)
+        return _ending(returncode, out_path, err_path, cpu_seconds, memory_mb, output_bytes), True
 
 
 def _ending(returncode: int, out_path: Path, err_path: Path, cpu_seconds, memory_mb, output_bytes) -> ProgramRun:
@@ -376,20 +388,15 @@ def _sandbox_problem(mode: str) -> str | None:
         problem = _bwrap_problem()
         if problem:
             return problem
-    try:
-        run = run_program("print(6 * 7)", sandbox=mode, timeout_s=30)
-    except SandboxError as err:
-        return str(err)
+    run, _ = _run("print(6 * 7)", mode, 30, PROGRAM_MEMORY_MB, PROGRAM_OUTPUT_BYTES, PROGRAM_PROCESSES)
     if run.status != "ok" or run.stdout != "42\n":
-        return f"a test program ended with {run.status} ({run.detail})"
+        return run.detail if run.detail.startswith(f"the {mode} sandbox") else f"a test program: {run.detail}"
     return None
 
 
 def _bwrap_problem() -> str | None:
     if shutil.which("bwrap") is None:
         return "bwrap is not installed"
-    if os.geteuid() == 0:  # bwrap would leave the program root outside its namespaces: no process limit
-        return "not used by root (the namespaces sandbox runs root's programs as nobody, bwrap cannot)"
     try:
         answer = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as err:

@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -264,11 +265,8 @@ def _run(
         finally:
             os.close(status_write)
         try:
-            timed_out = False
             try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
+                timed_out = not _ended_within(process, timeout_s)
             finally:
                 _kill_group(process)  # whatever it started is stopped with it
             started, status = _read_status(status_read)
@@ -301,6 +299,23 @@ def _ending(returncode: int, out_path: Path, err_path: Path, cpu_seconds, memory
     if "File too large" in detail:  # Python ignores SIGXFSZ: the write past the limit fails instead
         return ProgramRun("limit", "", f"wrote more than {output_bytes} bytes")
     return ProgramRun("error", "", detail or f"exit status {returncode}")
+
+
+def _ended_within(process: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether ``process`` ended within ``timeout_s``, seen the moment it ends: ``Popen.wait(timeout)`` polls
+    with sleeps of up to 50 ms, as long again as a short program's whole run."""
+    try:
+        handle = os.pidfd_open(process.pid)
+    except OSError:  # a kernel before 5.3
+        try:
+            process.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        return bool(select.select([handle], [], [], timeout_s)[0])
+    finally:
+        os.close(handle)
 
 
 def _read_status(fd: int) -> tuple[bool, int | None]:

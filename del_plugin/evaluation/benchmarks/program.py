@@ -261,7 +261,9 @@ def _run(
                 )
         except OSError as err:  # no bwrap; or root of a user namespace, where nobody is not mapped
             os.close(status_read)
-            return ProgramRun("error", "", f"the {mode} sandbox did not start it: {err}"), False
+            who = f" as nobody (uid {_NOBODY})" if mode == "bwrap" and os.geteuid() == 0 else ""
+            why = f"cannot run {command[0]}{who}: {err.strerror or err}"
+            return ProgramRun("error", "", f"the {mode} sandbox did not start it: {why}"), False
         finally:
             os.close(status_write)
         try:
@@ -438,9 +440,10 @@ def program_sandbox(unsandboxed: bool = False) -> str:
     reasons = "; ".join(f"{mode}: {problem}" for mode, problem in problems.items())
     raise SandboxUnavailableError(
         f"--program-of-thought executes model-written programs in a sandbox, and none works here ({reasons}). "
-        "Install bubblewrap (e.g. apt install bubblewrap) or allow user namespaces "
-        "(sysctl kernel.unprivileged_userns_clone=1), or pass --unsandboxed-programs to run the programs "
-        "without a sandbox (only inside a disposable container or VM without network and without your files)"
+        "Install bubblewrap (e.g. apt install bubblewrap) or allow unprivileged user namespaces (Debian: sysctl "
+        "kernel.unprivileged_userns_clone=1; Ubuntu: sysctl kernel.apparmor_restrict_unprivileged_userns=0), or "
+        "pass --unsandboxed-programs to run the programs without a sandbox (only inside a disposable container or "
+        "VM without network and without your files; docs/evaluation.md, Program-of-thought)"
     )
 
 

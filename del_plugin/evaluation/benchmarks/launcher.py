@@ -13,7 +13,8 @@ Three modes (``settings["mode"]``):
   ``/proc`` and the program's folder (a small tmpfs), pivots into it, detaches the old root, forbids new user
   namespaces, and forks the program. When the program ends the init ends, and the kernel kills whatever the
   program left in its PID namespace.
-* ``"bwrap"``: bwrap built the sandbox; only the limits are set here.
+* ``"bwrap"``: bwrap built the sandbox and runs this as the PID namespace's init (``--as-pid-1``); only the limits
+  are set here.
 * ``"none"``: no isolation; only the limits.
 
 In every mode a monitor forks the program, which (in ``"namespaces"``) drops every capability and, run by root,
@@ -233,12 +234,13 @@ def _prepare_program(settings, source, status_fd, ids):
 
 
 def _monitor(settings, source, status_fd, ids=(None, None)):
-    """Fork the program and return in it; here, reap every process handed over (the namespace's init does) and
-    report the program's wait status once it ends."""
+    """Fork the program and return in it; here, reap every process handed over (the namespace's init does: PID 1
+    in both sandboxes) and report the program's wait status once it ends."""
     pid = os.fork()
     if pid == 0:
         _prepare_program(settings, source, status_fd, ids)
         return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a signal from the program to its init ends nothing
     while True:
         try:
             done, status = os.waitpid(-1, 0)

@@ -197,7 +197,10 @@ def _launcher_settings(
 
 def _bwrap_command(settings: dict) -> list[str]:
     """bwrap's command line (before the launcher's) for ``settings``."""
+    # --as-pid-1: the launcher is the PID namespace's init, so that bwrap ends only once everything the program
+    # started is gone (with bwrap's own init, it ends while the namespace's last processes are still being killed)
     command = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+    command.append("--as-pid-1")
     for link, target in settings["symlinks"]:
         command += ["--symlink", target, link]
     for real, path in settings["binds"]:

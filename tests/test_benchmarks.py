@@ -26,7 +26,12 @@ from del_plugin.evaluation.benchmarks import (
     score_math,
     score_number,
 )
-from del_plugin.evaluation.benchmarks.program import extract_program, run_program
+from del_plugin.evaluation.benchmarks.program import (
+    SandboxUnavailableError,
+    extract_program,
+    program_sandbox,
+    run_program,
+)
 from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, canonical_number
 from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, DATA_DIR
 from del_plugin.evaluation.report import load_report, macc
@@ -431,19 +436,29 @@ def test_extract_program():
     assert extract_program("print(1)\n### Instruction:\nnext task") == "print(1)\n"
 
 
-def test_a_program_runs_and_its_output_is_read():
+@pytest.fixture
+def sandbox():
+    """The sandbox programs run in here (tests/test_sandbox.py tries it with hostile programs); skipped with the
+    reason where none works (a kernel that refuses user namespaces)."""
+    try:
+        return program_sandbox()
+    except SandboxUnavailableError as err:
+        pytest.skip(str(err))
+
+
+def test_a_program_runs_and_its_output_is_read(sandbox):
     run = run_program("import math\nprint(math.comb(5, 2))")
     assert (run.status, run.stdout) == ("ok", "10\n")
     assert score_number("The answer is " + run.stdout, "10").correct
 
 
-def test_a_failing_program_gives_no_output():
+def test_a_failing_program_gives_no_output(sandbox):
     run = run_program("print(1)\nraise ValueError('boom')")
     assert (run.status, run.stdout) == ("error", "")  # what it printed before failing does not count
     assert run.detail == "ValueError: boom"
 
 
-def test_program_limits(tmp_path):
+def test_program_limits(sandbox):
     started = time.perf_counter()
     run = run_program("while True:\n    pass", timeout_s=1)
     assert run.status == "timeout" and time.perf_counter() - started < 10
@@ -454,46 +469,49 @@ def test_program_limits(tmp_path):
 def test_the_cpu_limit_stops_a_program_with_sigxcpu(tmp_path):
     # The launcher on its own, without run_program's wall clock (which a busy machine lets the CPU limit outrun):
     # a program past its CPU seconds must end by SIGXCPU, which run_program reports as "timeout", not by the
-    # SIGKILL Linux sends when the hard limit is reached on the same tick.
+    # SIGKILL Linux sends when the hard limit is reached on the same tick. The limits are set the same way in
+    # every sandbox; this runs without one, so that it runs everywhere.
     import signal
     import subprocess
     import sys
 
     from del_plugin.evaluation.benchmarks import program
 
-    (tmp_path / "program.py").write_text("while True:\n    pass\n")
-    command = [sys.executable, "-I", "-c", program._LAUNCHER, "1", str(512 << 20), "1000"]
-    assert subprocess.run(command, cwd=tmp_path, timeout=60).returncode == -signal.SIGXCPU
+    status_read, status_write = os.pipe()
+    settings = program._launcher_settings("none", status_write, 1, 512 << 20, 1000, 0)
+    (tmp_path / "source.py").write_text("while True:\n    pass\n")
+    with open(tmp_path / "source.py", "rb") as source:
+        command = [sys.executable, "-I", "-c", program._LAUNCHER, json.dumps(settings)]
+        subprocess.run(command, cwd=tmp_path, stdin=source, pass_fds=(status_write,), timeout=60)
+    os.close(status_write)
+    with os.fdopen(status_read, "rb") as pipe:
+        reported = pipe.read()
+    assert reported.startswith(b"R") and os.waitstatus_to_exitcode(int(reported[1:])) == -signal.SIGXCPU
 
 
-def test_a_program_sees_an_empty_folder_and_no_inherited_environment(monkeypatch):
+def test_a_program_sees_an_empty_folder_and_no_inherited_environment(sandbox, monkeypatch, tmp_path):
+    import tempfile
+
     monkeypatch.setenv("DEL_EVAL_SECRET", "do-not-leak")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     code = "import os, json\nprint(json.dumps([os.getcwd(), os.listdir('.'), dict(os.environ)]))"
     run = run_program(code)
     folder, listing, environment = json.loads(run.stdout)
-    assert sorted(listing) == ["program.py", "stderr.txt", "stdout.txt"]  # its own files only
-    assert "DEL_EVAL_SECRET" not in environment and environment["HOME"] == folder
-    assert not os.path.exists(folder)  # removed afterwards
+    assert listing == ["program.py"]  # its own file only
+    assert "DEL_EVAL_SECRET" not in environment and environment["HOME"] == folder == "/tmp"  # its own tmpfs
+    assert list(tmp_path.iterdir()) == []  # the folder that held its files outside is removed afterwards
 
 
-def test_what_a_program_starts_is_stopped_with_it(tmp_path):
-    marker = tmp_path / "child.pid"
-    code = (
-        "import subprocess\n"
-        f"child = subprocess.Popen(['sleep', '30'])\n"
-        f"open({str(marker)!r}, 'w').write(str(child.pid))\n"
-        "print(7)\n"
-    )
-    run = run_program(code)
+def test_what_a_program_starts_is_stopped_with_it(sandbox):
+    from sandbox_programs import processes_with
+
+    marker = f"30.{time.time_ns()}"  # a child sleeping 30 s, found by its command line
+    run = run_program(f"import subprocess\nchild = subprocess.Popen(['sleep', '{marker}'])\nprint(7)\n")
     assert run.ok and run.stdout == "7\n"
-    pid = int(marker.read_text())
-    time.sleep(0.2)
-    status = f"/proc/{pid}/status"
-    # gone, or a zombie waiting for a parent that reaps it (killed either way)
-    assert not os.path.exists(status) or "State:\tZ" in open(status).read()
+    assert processes_with(marker) == []  # killed with the program's PID namespace
 
 
-def test_score_runs_programs_only_when_asked(tmp_path):
+def test_score_runs_programs_only_when_asked(sandbox, tmp_path):
     program = "dvds = 76 - 25\nprint(dvds)"  # SVAMP 0: 51
     predictions = [{"id": 0, "output": program}, {"id": 1, "output": "The answer is 5"}]
     as_text = score_predictions("svamp", predictions, tmp_path / "text")
@@ -507,3 +525,4 @@ def test_score_runs_programs_only_when_asked(tmp_path):
     assert second["mode"] == "as given" and second["program"] is None
     counts = run["datasets"][0]["generation"]["program_of_thought"]
     assert counts == {"asked": 2, "programs": 1, "ran": 1, "answered": 2, "cot_fallback": 0}
+    assert (run["settings"]["program_sandbox"], as_text["settings"]["program_sandbox"]) == (sandbox, None)

@@ -673,7 +673,13 @@ def test_program_of_thought_runs_the_programs_and_falls_back_to_chain_of_thought
     """The generations are canned (generate_greedy replaced: the digit model writes no programs); the rest is real:
     prompts, the sandbox, scoring, the fallback and the report."""
     from del_plugin.evaluation import generation as generation_module
+    from del_plugin.evaluation.benchmarks.program import SandboxUnavailableError, program_sandbox
     from del_plugin.evaluation.runner import EvalSettings, evaluate
+
+    try:
+        sandbox = program_sandbox()
+    except SandboxUnavailableError as err:  # a kernel that refuses user namespaces (tests/test_sandbox.py)
+        pytest.skip(str(err))
 
     def canned(lm, prompts, **kwargs):
         texts = []
@@ -714,6 +720,7 @@ def test_program_of_thought_runs_the_programs_and_falls_back_to_chain_of_thought
     assert aqua["generation"]["program_of_thought"] is None
     assert {records["aqua", i]["mode"] for i in range(3)} == {"chain-of-thought"}
     assert "program-of-thought, chain-of-thought fallback" in (out / "report.md").read_text()
+    assert report["settings"]["program_sandbox"] == sandbox
 
 
 def test_stop_strings_end_a_generation(digit_model):

@@ -26,6 +26,7 @@ import logging
 import sys
 from pathlib import Path
 
+from .benchmarks.program import SandboxUnavailableError
 from .errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -47,6 +48,10 @@ _OVERWRITE_HELP = (
 _ALLOW_MODIFIED_HELP = (
     "score a SimulEq or SAT file that is not the authors' (its sha256 differs): without it that is an error, since "
     "its numbers are not comparable with the paper's; the report marks it"
+)
+_UNSANDBOXED_HELP = (
+    "with --program-of-thought: run the programs WITHOUT the sandbox (only CPU, memory and output limits; they "
+    "can read your files and use the network), e.g. inside a disposable container where no sandbox works"
 )
 
 
@@ -102,8 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--program-of-thought",
         action="store_true",
         help="run gsm8k, math, svamp and simuleq as the paper does: ask for a Python program, EXECUTE it in a "
-        "limited subprocess (not a security boundary: see docs/evaluation.md), chain-of-thought as the fallback",
+        "sandbox (bwrap or Linux namespaces: see docs/evaluation.md), chain-of-thought as the fallback",
     )
+    run.add_argument("--unsandboxed-programs", action="store_true", help=_UNSANDBOXED_HELP)
     run.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
     run.add_argument("--no-generate", action="store_true", help="teacher-forced digit metrics only")
     run.add_argument("--no-teacher-forced", action="store_true", help="generation metrics only")
@@ -139,9 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--program-of-thought",
         action="store_true",
-        help="EXECUTE outputs that hold a Python program (limited subprocess, not a security boundary) and read "
+        help="EXECUTE outputs that hold a Python program (in a sandbox: bwrap or Linux namespaces) and read "
         "what they print as the answer",
     )
+    score.add_argument("--unsandboxed-programs", action="store_true", help=_UNSANDBOXED_HELP)
 
     lm_eval_tasks = commands.add_parser(
         "lm-eval-tasks",
@@ -199,6 +206,7 @@ def _run(args: argparse.Namespace) -> int:
         generate=not args.no_generate,
         teacher_forced=not args.no_teacher_forced,
         program_of_thought=args.program_of_thought,
+        unsandboxed_programs=args.unsandboxed_programs,
         dtype=args.dtype,
         device=args.device,
     )
@@ -263,6 +271,7 @@ def _score(args: argparse.Namespace) -> int:
         program_of_thought=args.program_of_thought,
         overwrite=args.overwrite,
         allow_modified=args.allow_modified,
+        unsandboxed_programs=args.unsandboxed_programs,
     )
     _print_written(report, out)
     return EXIT_OK
@@ -334,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         commands = {"run": _run, "score": _score, "compare": _compare, "lm-eval-tasks": _lm_eval_tasks}
         return commands[args.command](args)
-    except UsageError as err:
+    except (UsageError, SandboxUnavailableError) as err:
         print(f"del-eval: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except OutputError as err:

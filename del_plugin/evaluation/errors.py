@@ -43,7 +43,11 @@ EXIT_STATUSES = (
         "the evaluation stopped on an unexpected error (the traceback says where); the partial report is saved and "
         "the same command resumes it",
     ),
-    (EXIT_USAGE, "the command line is wrong (an unknown option, a missing one)"),
+    (
+        EXIT_USAGE,
+        "the command line is wrong (an unknown option, a missing one), or asks for what cannot be done here as "
+        "given (--program-of-thought where no sandbox works: see --unsandboxed-programs)",
+    ),
     (
         EXIT_UNUSABLE_INPUT,
         "an input cannot be used, and nothing was evaluated: a file or model that is missing or unreadable, text "

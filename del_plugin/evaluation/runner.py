@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, run_programs
+from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sandbox, run_programs
 from .benchmarks.readers import Verdict
 from .benchmarks.sets import Problem
+from .errors import UsageError
 from .metrics import GenerationMetrics, ProgramCounts
 from .output import read_jsonl
 from .report import GENERATIONS_FILE, RunReport, require_eval_extra
@@ -35,7 +36,8 @@ __all__ = ["EvalSettings", "GENERATIONS_FILE", "evaluate", "read_generations"]
 class EvalSettings:
     """How to evaluate. ``limit``: the first N problems of each set. ``program_of_thought``: run GSM8K, MATH,
     SVAMP and SimulEq as the paper does, asking for a program and executing it (:mod:`.benchmarks.program`),
-    chain-of-thought for the problems it leaves unanswered; off by default, since it executes model-written code."""
+    chain-of-thought for the problems it leaves unanswered; off by default, since it executes model-written code.
+    ``unsandboxed_programs``: run those programs without the sandbox (only the limits)."""
 
     batch_size: int = 16
     max_new_tokens: int = 256
@@ -45,6 +47,7 @@ class EvalSettings:
     teacher_forced: bool = True
     program_of_thought: bool = False
     program_timeout_s: float = PROGRAM_TIMEOUT_S
+    unsandboxed_programs: bool = False
     dtype: str = "auto"
     device: str = "auto"
 
@@ -57,6 +60,8 @@ class EvalSettings:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         if self.program_timeout_s <= 0:
             raise ValueError(f"program_timeout_s must be > 0, got {self.program_timeout_s}")
+        if self.unsandboxed_programs and not self.program_of_thought:
+            raise UsageError("unsandboxed_programs (--unsandboxed-programs) needs program_of_thought")
         if not (self.generate or self.teacher_forced):
             raise ValueError("nothing to do: both generation and the teacher-forced metrics are off")
 
@@ -96,6 +101,8 @@ def evaluate(
     require_eval_extra()
     tasks = plan_tasks(data, benchmarks, benchmark_dir, settings.limit, allow_modified=allow_modified)
     warnings = _log_plan(tasks)
+    runs_programs = settings.program_of_thought and settings.generate and any(t.runs_program_of_thought for t in tasks)
+    sandbox = program_sandbox(settings.unsandboxed_programs) if runs_programs else None  # before the model loads
     source = check_model_source(model, adapter)
     name = name or (Path(adapter).name if adapter else Path(model).name)
     # the same command on weights trained again into the same folder is another run, not one to resume
@@ -105,7 +112,7 @@ def evaluate(
         command="run",
         name=name,
         model={"path": str(model), "adapter": None if adapter is None else str(adapter)},
-        settings=asdict(settings),
+        settings=asdict(settings) | {"program_sandbox": sandbox},
         resume_key={"model": str(model), "adapter": None if adapter is None else str(adapter)}
         | weights
         | settings.resume_key(),
@@ -296,7 +303,10 @@ def _run_programs(task: EvalTask, problems, texts, settings: EvalSettings) -> li
     """Score program-of-thought outputs: a program's printed output read as "The answer is <stdout>"; an output
     without a program read as it is (as the paper's harness does)."""
     programs = [extract_program(text) for text in texts]
-    runs = iter(run_programs([p for p in programs if p is not None], timeout_s=settings.program_timeout_s))
+    sandbox = program_sandbox(settings.unsandboxed_programs)
+    runs = iter(
+        run_programs([p for p in programs if p is not None], timeout_s=settings.program_timeout_s, sandbox=sandbox)
+    )
     outcomes = []
     for problem, text, program in zip(problems, texts, programs):
         if program is None:

@@ -10,9 +10,9 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, run_programs
+from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sandbox, run_programs
 from .benchmarks.readers import Verdict
-from .errors import UnusableInput, read_input_bytes
+from .errors import UnusableInput, UsageError, read_input_bytes
 from .metrics import GenerationMetrics, ProgramCounts
 from .report import RunReport, require_eval_extra
 from .tasks import benchmark_task, generation_record, refuse_modified_sets
@@ -83,21 +83,31 @@ def score_predictions(
     program_timeout_s: float = PROGRAM_TIMEOUT_S,
     overwrite: bool = False,
     allow_modified: bool = False,
+    unsandboxed_programs: bool = False,
 ) -> dict:
     """Score ``predictions`` (see the module docs) on ``benchmark``; write ``out_dir``/report.json, report.md
     and generations.jsonl; return the report. The report of another run in ``out_dir`` is an
     :class:`~.errors.OutputError` unless ``overwrite`` (it is then replaced once this one is written whole). With
     ``program_of_thought``, an output that holds a program is run (:mod:`.benchmarks.program`) and its printed
-    output read as the answer; there is no chain-of-thought to fall back to here. A user's SimulEq or SAT file that
-    is not the authors' is refused unless ``allow_modified``."""
+    output read as the answer; there is no chain-of-thought to fall back to here (``unsandboxed_programs``: run
+    them without the sandbox). A user's SimulEq or SAT file that is not the authors' is refused unless
+    ``allow_modified``."""
     require_eval_extra()
+    if unsandboxed_programs and not program_of_thought:
+        raise UsageError("--unsandboxed-programs needs --program-of-thought")
+    sandbox = program_sandbox(unsandboxed_programs) if program_of_thought else None  # before any program runs
     task = benchmark_task(benchmark, benchmark_dir, None)
     refuse_modified_sets([task], allow_modified)
     outputs = read_predictions(predictions, len(task.problems))
     task.problems = [p for p in task.problems if p.id in outputs]
     source = str(predictions) if isinstance(predictions, (str, Path)) else None
     digest = hashlib.sha256(json.dumps(outputs, sort_keys=True).encode()).hexdigest()
-    settings = {"limit": None, "program_of_thought": program_of_thought, "program_timeout_s": program_timeout_s}
+    settings = {
+        "limit": None,
+        "program_of_thought": program_of_thought,
+        "program_timeout_s": program_timeout_s,
+        "program_sandbox": sandbox,
+    }
     report = RunReport.open(
         Path(out_dir),
         command="score",
@@ -123,7 +133,7 @@ def score_predictions(
         report.start_task(task)
         texts = [outputs[p.id] for p in task.problems]
         programs = [extract_program(t) if program_of_thought else None for t in texts]
-        runs = iter(run_programs([p for p in programs if p is not None], timeout_s=program_timeout_s))
+        runs = iter(run_programs([p for p in programs if p is not None], timeout_s=program_timeout_s, sandbox=sandbox))
         if program_of_thought:
             metrics.programs = ProgramCounts(asked=len(texts), programs=sum(p is not None for p in programs))
         for problem, text, program in zip(task.problems, texts, programs):

@@ -191,11 +191,18 @@ def _benchmark_section(report: dict) -> list[str]:
 # ---------------------------------------------------------------------------------------------- one report
 
 
+def _sandbox_clause(settings: dict) -> str:
+    sandbox = settings.get("program_sandbox")
+    if not sandbox:
+        return ""
+    return " Programs ran without a sandbox." if sandbox == "none" else f" Programs ran in the {sandbox} sandbox."
+
+
 def _model_line(report: dict) -> str:
     model = report.get("model") or {}
     settings = report.get("settings") or {}
     if report.get("command") == "score":
-        return f"Scored from `{model.get('predictions')}` (generations made elsewhere)."
+        return f"Scored from `{model.get('predictions')}` (generations made elsewhere).{_sandbox_clause(settings)}"
     what = (model.get("base") or model.get("path") or "?") + (
         f" + adapter {model['adapter']}" if model.get("adapter") else ""
     )
@@ -204,6 +211,7 @@ def _model_line(report: dict) -> str:
     return (
         f"Model: `{what}`; prompt format {model.get('prompt_format')}{source}, {model.get('dtype')} on "
         f"{model.get('device')}; greedy, at most {settings.get('max_new_tokens')} new tokens{pot}."
+        + _sandbox_clause(settings)
     )
 
 

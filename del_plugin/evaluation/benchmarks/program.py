@@ -1,4 +1,4 @@
-"""Program-of-thought answers: the Python program a model wrote, run in a separate, limited interpreter.
+"""Program-of-thought answers: the Python program a model wrote, run in a sandbox.
 
 The paper runs GSM8K, SVAMP, SimulEq and MATH as program-of-thought: the question ends in "Let's write a program.",
 an output that contains ``print(`` is taken for a program and run, and what it prints becomes the answer ("The
@@ -6,60 +6,90 @@ answer is <stdout>"). A program that fails, or prints nothing, gives no answer, 
 as chain-of-thought. ``del-eval`` does this only when asked (``--program-of-thought``): it executes model-written
 code.
 
-:func:`run_program` runs one program:
+:func:`run_program` runs one program in a sandbox built by the operating system (:func:`program_sandbox` picks
+it: ``"bwrap"`` where bubblewrap is installed and works, else ``"namespaces"``, Linux namespaces set up by
+:mod:`.launcher`; ``"none"`` only when asked for by name):
 
-* in a new interpreter (``sys.executable -I``: no ``PYTHON*`` variables, no user site, no current folder on the
-  path), in its own session (process group), with stdin closed;
-* in an empty temporary folder, its working directory and ``HOME``, deleted afterwards;
-* with an environment of its own, nothing inherited: ``PATH=/usr/bin:/bin``, a UTF-8 locale, one BLAS thread;
-* under limits set in the child before the program starts: CPU time and wall time (``timeout_s``, 5 s as in the
-  paper's harness; the whole process group is killed at the wall limit), address space (``memory_mb``), size of
-  any file it writes (``output_bytes``; its stdout is such a file), 64 open files, no core dump.
+* its own user, mount, network, PID, IPC and UTS namespaces: no network at all (a network namespace of its own,
+  with nothing in it), no other process in sight (a fresh ``/proc`` of its PID namespace: not the caller's
+  environment or command line), nothing it can signal outside, no new user namespaces;
+* a new root holding only the system's programs and libraries (``/usr``, ``/lib*``, ``/bin``), the Python
+  installation it runs with and its virtual environment, all read-only, a few device nodes, and its folder
+  ``/tmp``, an empty 64 MiB tmpfs that is its working directory and ``HOME``: nothing of ``HOME``, the working
+  tree or the rest of the file system;
+* no capabilities and no new privileges; run by root, it runs as ``nobody``, so that the process limit holds;
+* when it ends, whatever it started ends with it (its PID namespace goes), and its folder goes with its tmpfs.
 
-What it does **not** stop (it is a guard against accidents and runaway programs, not a security boundary): the
-program runs as your user, so it can read, change and delete every file you can outside its folder, open network
-connections, start processes (within the limits above, which they inherit), and signal your other processes. Run
-``--program-of-thought`` on models you do not trust only inside a container or VM without network and without
-your files.
+In every mode, as before the sandbox: a new interpreter (``sys.executable -I``: no ``PYTHON*`` variables, no user
+site), an environment of its own (nothing inherited: ``PATH=/usr/bin:/bin``, a UTF-8 locale, one BLAS thread),
+stdin empty, and limits set before the program starts: CPU time and wall time (``timeout_s``, 5 s as in the
+paper's harness; everything it started is killed at the wall limit), address space (``memory_mb``), size of any
+file it writes (``output_bytes``; its stdout is such a file), 64 open files, no core dump, and in a sandbox
+``processes`` processes (:data:`PROGRAM_PROCESSES`).
+
+``"none"`` (``--unsandboxed-programs``) keeps only that last paragraph, without the process limit: the program
+runs as your user, can read, change and delete what you can, open network connections, and signal your other
+processes. docs/evaluation.md says what the sandbox was tested against and what it does not stop.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
+import json
+import logging
 import os
 import re
+import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ProgramRun", "extract_program", "run_program", "run_programs"]
+LOG = logging.getLogger(__name__)
+
+__all__ = [
+    "ProgramRun",
+    "SANDBOXES",
+    "SandboxUnavailableError",
+    "extract_program",
+    "program_sandbox",
+    "run_program",
+    "run_programs",
+]
 
 PROGRAM_TIMEOUT_S = 5.0
 PROGRAM_MEMORY_MB = 2048
 PROGRAM_OUTPUT_BYTES = 1 << 20
+PROGRAM_PROCESSES = 32
+PROGRAM_FOLDER_BYTES = 64 << 20
+PROGRAM_FOLDER_FILES = 4096
+SANDBOXES = ("bwrap", "namespaces")  # in the order program_sandbox tries them
+UNSANDBOXED = "none"
 _STOP_AT = ("### Instruction",)
 _FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
+_LAUNCHER = Path(__file__).with_name("launcher.py").read_text(encoding="utf-8")
+_SANDBOX_FOLDER = "/tmp"  # the program's folder inside a sandbox
+_NOBODY = 65534  # the user a program started by root runs as in a sandbox
+_BWRAP_MIN_VERSION = (0, 8, 0)  # --size and --disable-userns
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
+_SETUP_FAILED = 125  # the launcher's exit status when it could not start the program
 
-# Runs in the child before the model's program: set the limits (hard = soft, so the program cannot raise them
-# unless it runs as root; the CPU's hard limit one second later, because Linux sends SIGKILL, not SIGXCPU, when
-# both are reached on the same tick), then execute program.py as __main__.
-_LAUNCHER = """
-import resource, sys
-cpu, memory, output = (int(a) for a in sys.argv[1:4])
-for limit, soft, hard in ((resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, memory, memory),
-                          (resource.RLIMIT_FSIZE, output, output), (resource.RLIMIT_NOFILE, 64, 64),
-                          (resource.RLIMIT_CORE, 0, 0)):
-    resource.setrlimit(limit, (soft, hard))
-del resource, cpu, memory, output, limit, soft, hard
-sys.argv = ["program.py"]
-with open("program.py", encoding="utf-8") as source:
-    code = compile(source.read(), "program.py", "exec")
-exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
-"""
+
+class SandboxUnavailableError(ValueError):
+    """No sandbox works on this machine (and the programs were not allowed to run without one): the command asks
+    for what cannot be done here as given (del-eval's exit status 2); ``--unsandboxed-programs`` is the explicit way
+    out. (A ValueError, not del-eval's UsageError: this module imports nothing of the package, so that the tests can
+    run it alone.)"""
 
 
 @dataclass(frozen=True)
@@ -92,11 +122,11 @@ def extract_program(output: str) -> str | None:
     return output
 
 
-def _environment(folder: str) -> dict[str, str]:
+def _environment(home: str) -> dict[str, str]:
     return {
         "PATH": "/usr/bin:/bin",
-        "HOME": folder,
-        "TMPDIR": folder,
+        "HOME": home,
+        "TMPDIR": home,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "PYTHONIOENCODING": "utf-8",
@@ -111,52 +141,206 @@ def _last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
+# ---------------------------------------------------------------------------------------------- what is bound
+
+
+@functools.cache
+def _python_binds() -> tuple[tuple[str, str], ...]:
+    """(real path, path inside) of the Python installation and its virtual environment, under the names the
+    interpreter knows them by and their real paths (so that links into either resolve): the only folders of
+    HOME or the working tree a sandboxed program sees (read-only)."""
+    binds = {}
+    for prefix in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix):
+        for path in (os.path.abspath(prefix), os.path.realpath(prefix)):
+            if os.path.isdir(path) and not _under(path, _SYSTEM_DIRS):
+                binds.setdefault(path, os.path.realpath(path))
+    return tuple((real, path) for path, real in sorted(binds.items()))  # a folder before the folders inside it
+
+
+def _under(path: str, folders: Sequence[str]) -> bool:
+    return any(path == f or path.startswith(f + "/") for f in folders)
+
+
+@functools.cache
+def _system_mounts() -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """(binds, symlinks) of the system's programs and libraries: ``/usr``, ``/lib*``, ``/bin``, ``/sbin`` and
+    the dynamic linker's files in ``/etc``; a top-level link (a merged ``/usr``) stays a link."""
+    binds, links = [], []
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            links.append((path, os.readlink(path)))
+        elif os.path.isdir(path):
+            binds.append((os.path.realpath(path), path))
+    for path in _SYSTEM_FILES:
+        if os.path.exists(path):
+            binds.append((os.path.realpath(path), path))
+    return tuple(binds), tuple(links)
+
+
+def _launcher_settings(
+    mode: str, status_fd: int, cpu_seconds: int, memory_bytes: int, output_bytes: int, processes: int
+) -> dict:
+    system_binds, links = _system_mounts()
+    return {
+        "mode": mode,
+        "status_fd": status_fd,
+        "cpu_seconds": cpu_seconds,
+        "memory_bytes": memory_bytes,
+        "output_bytes": output_bytes,
+        "processes": processes if mode != UNSANDBOXED else None,
+        "folder": _SANDBOX_FOLDER if mode != UNSANDBOXED else ".",
+        "folder_bytes": PROGRAM_FOLDER_BYTES,
+        "folder_files": PROGRAM_FOLDER_FILES,
+        "binds": [list(b) for b in system_binds + _python_binds()],
+        "symlinks": [list(link) for link in links],
+        "root_uid": _NOBODY,
+        "root_gid": _NOBODY,
+    }
+
+
+def _bwrap_command(settings: dict) -> list[str]:
+    """bwrap's command line (before the launcher's) for ``settings``."""
+    # --as-pid-1: the launcher is the PID namespace's init, so that bwrap ends only once everything the program
+    # started is gone (with bwrap's own init, it ends while the namespace's last processes are still being killed)
+    command = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+    command.append("--as-pid-1")
+    for link, target in settings["symlinks"]:
+        command += ["--symlink", target, link]
+    for real, path in settings["binds"]:
+        command += ["--ro-bind", real, path]
+    command += ["--dev", "/dev", "--proc", "/proc", "--size", str(PROGRAM_FOLDER_BYTES), "--tmpfs", _SANDBOX_FOLDER]
+    return command + ["--remount-ro", "/", "--chdir", _SANDBOX_FOLDER, "--"]
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
 def run_program(
     code: str,
     *,
     timeout_s: float = PROGRAM_TIMEOUT_S,
     memory_mb: int = PROGRAM_MEMORY_MB,
     output_bytes: int = PROGRAM_OUTPUT_BYTES,
+    processes: int = PROGRAM_PROCESSES,
+    sandbox: str = "auto",
 ) -> ProgramRun:
-    """Run ``code`` under the limits of the module docs; return how it ended and what it printed."""
+    """Run ``code`` under the limits of the module docs in ``sandbox`` (``"auto"``: :func:`program_sandbox`;
+    ``"bwrap"``, ``"namespaces"`` or ``"none"``); return how it ended and what it printed. A sandbox that fails
+    to start the program (none of it ran) is a warning and an ``"error"`` of this program only."""
+    mode = program_sandbox() if sandbox == "auto" else sandbox
+    if mode not in SANDBOXES + (UNSANDBOXED,):
+        raise ValueError(f"sandbox must be auto, {', '.join(SANDBOXES)} or {UNSANDBOXED}, got {sandbox!r}")
+    run, started = _run(code, mode, timeout_s, memory_mb, output_bytes, processes)
+    if not started:
+        LOG.warning("a program was not run: %s", run.detail)
+    return run
+
+
+def _run(
+    code: str, mode: str, timeout_s: float, memory_mb: int, output_bytes: int, processes: int
+) -> tuple[ProgramRun, bool]:
+    """:func:`run_program` in ``mode``; and whether the sandbox started the program."""
     cpu_seconds = max(1, int(timeout_s + 0.999))
-    with tempfile.TemporaryDirectory(prefix="del-eval-program-") as folder:
-        work = Path(folder)
-        (work / "program.py").write_text(code, encoding="utf-8")
-        out_path, err_path = work / "stdout.txt", work / "stderr.txt"
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            command = [sys.executable, "-I", "-c", _LAUNCHER, str(cpu_seconds), str(memory_mb << 20), str(output_bytes)]
-            process = subprocess.Popen(
-                command,
-                cwd=folder,
-                env=_environment(folder),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-            )
+    with _program_folder(unsandboxed=mode == UNSANDBOXED) as work:
+        source, out_path, err_path = work / "program.py", work / "stdout.txt", work / "stderr.txt"
+        source.write_text(code, encoding="utf-8")
+        status_read, status_write = os.pipe()
+        settings = _launcher_settings(mode, status_write, cpu_seconds, memory_mb << 20, output_bytes, processes)
+        command = [sys.executable, "-I", "-c", _LAUNCHER, json.dumps(settings)]
+        # bwrap run by root runs as nobody, so that the program is not root outside its namespaces
+        as_nobody = {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
+        if mode == "bwrap":
+            command = _bwrap_command(settings) + command
+        try:
+            with open(source, "rb") as stdin, open(out_path, "wb") as out, open(err_path, "wb") as err:
+                process = subprocess.Popen(
+                    command,
+                    cwd="/" if mode == "bwrap" else work,
+                    env=_environment(str(work) if mode == UNSANDBOXED else _SANDBOX_FOLDER),
+                    stdin=stdin,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(status_write,),
+                    **(as_nobody if mode == "bwrap" and os.geteuid() == 0 else {}),
+                )
+        except OSError as err:  # no bwrap; or root of a user namespace, where nobody is not mapped
+            os.close(status_read)
+            who = f" as nobody (uid {_NOBODY})" if mode == "bwrap" and os.geteuid() == 0 else ""
+            why = f"cannot run {command[0]}{who}: {err.strerror or err}"
+            return ProgramRun("error", "", f"the {mode} sandbox did not start it: {why}"), False
+        finally:
+            os.close(status_write)
+        try:
             try:
-                returncode = process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                return ProgramRun("timeout", "", f"still running after {timeout_s:g} s")
+                timed_out = not _ended_within(process, timeout_s)
             finally:
                 _kill_group(process)  # whatever it started is stopped with it
-        if returncode == 0:
-            return ProgramRun("ok", out_path.read_text(encoding="utf-8", errors="replace"))
-        if returncode < 0:
-            signum = -returncode
-            if signum == signal.SIGXCPU:
-                return ProgramRun("timeout", "", f"more than {cpu_seconds} s of CPU time")
-            if signum == signal.SIGXFSZ:
-                return ProgramRun("limit", "", f"wrote more than {output_bytes} bytes")
-            return ProgramRun("limit", "", f"killed by {signal.Signals(signum).name}")
-        detail = _last_line(err_path)
-        if "MemoryError" in detail:
-            return ProgramRun("limit", "", f"MemoryError (address space limited to {memory_mb} MiB)")
-        if "File too large" in detail:  # Python ignores SIGXFSZ: the write past the limit fails instead
+            started, status = _read_status(status_read)
+        finally:
+            os.close(status_read)
+        if not started:
+            why = f"not started within {timeout_s:g} s" if timed_out else _last_line(err_path) or "no message"
+            return ProgramRun("error", "", f"the {mode} sandbox did not start it: {why}"), False
+        if timed_out:
+            return ProgramRun("timeout", "", f"still running after {timeout_s:g} s"), True
+        if status is None:
+            return ProgramRun("limit", "", "its sandbox was stopped before it ended"), True
+        returncode = os.waitstatus_to_exitcode(status)
+        return _ending(returncode, out_path, err_path, cpu_seconds, memory_mb, output_bytes), True
+
+
+def _ending(returncode: int, out_path: Path, err_path: Path, cpu_seconds, memory_mb, output_bytes) -> ProgramRun:
+    if returncode == 0:
+        return ProgramRun("ok", out_path.read_text(encoding="utf-8", errors="replace"))
+    if returncode < 0:
+        signum = -returncode
+        if signum == signal.SIGXCPU:
+            return ProgramRun("timeout", "", f"more than {cpu_seconds} s of CPU time")
+        if signum == signal.SIGXFSZ:
             return ProgramRun("limit", "", f"wrote more than {output_bytes} bytes")
-        return ProgramRun("error", "", detail or f"exit status {returncode}")
+        return ProgramRun("limit", "", f"killed by {signal.Signals(signum).name}")
+    detail = _last_line(err_path)
+    if "MemoryError" in detail:
+        return ProgramRun("limit", "", f"MemoryError (address space limited to {memory_mb} MiB)")
+    if "File too large" in detail:  # Python ignores SIGXFSZ: the write past the limit fails instead
+        return ProgramRun("limit", "", f"wrote more than {output_bytes} bytes")
+    return ProgramRun("error", "", detail or f"exit status {returncode}")
+
+
+def _ended_within(process: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether ``process`` ended within ``timeout_s``, seen the moment it ends: ``Popen.wait(timeout)`` polls
+    with sleeps of up to 50 ms, as long again as a short program's whole run."""
+    try:
+        handle = os.pidfd_open(process.pid)
+    except OSError:  # a kernel before 5.3
+        try:
+            process.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        return bool(select.select([handle], [], [], timeout_s)[0])
+    finally:
+        os.close(handle)
+
+
+def _read_status(fd: int) -> tuple[bool, int | None]:
+    """What the launcher wrote on the status pipe: whether the program started, and its wait status."""
+    os.set_blocking(fd, False)
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 64)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    started = data.startswith(b"R")
+    rest = data[1:].strip() if started else b""
+    return started, int(rest) if rest.isdigit() else None
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -165,6 +349,108 @@ def _kill_group(process: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     process.wait()
+
+
+@contextmanager
+def _program_folder(unsandboxed: bool) -> Iterator[Path]:
+    """A new temporary folder, always removed afterwards. Without a sandbox, a process the program left working
+    in it (in a session of its own, out of reach of the process group's kill) is killed first; a folder that
+    still cannot be removed is a warning, never an error."""
+    folder = Path(tempfile.mkdtemp(prefix="del-eval-program-"))
+    try:
+        yield folder
+    finally:
+        if unsandboxed:
+            _kill_processes_in(folder)
+        _remove_folder(folder)
+
+
+def _remove_folder(folder: Path, attempts: int = 20) -> None:
+    for _ in range(attempts):
+        try:
+            shutil.rmtree(folder)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            if err.errno not in (errno.ENOTEMPTY, errno.EBUSY, errno.EEXIST):
+                break
+            _kill_processes_in(folder)
+            time.sleep(0.05)
+    shutil.rmtree(folder, ignore_errors=True)
+    if folder.exists():
+        LOG.warning("could not remove the program folder %s", folder)
+
+
+def _kill_processes_in(folder: Path) -> None:
+    """SIGKILL every process whose working directory is in ``folder`` (that this user may signal)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if _under(cwd, [str(folder)]):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+# ---------------------------------------------------------------------------------------------- choosing
+
+
+_CHOICE_LOCK = threading.Lock()
+
+
+@functools.cache
+def _sandbox_problem(mode: str) -> str | None:
+    """Why ``mode`` cannot run programs on this machine (None: it can), found by running one."""
+    if mode == "bwrap":
+        problem = _bwrap_problem()
+        if problem:
+            return problem
+    run, _ = _run("print(6 * 7)", mode, 30, PROGRAM_MEMORY_MB, PROGRAM_OUTPUT_BYTES, PROGRAM_PROCESSES)
+    if run.status != "ok" or run.stdout != "42\n":
+        return run.detail if run.detail.startswith(f"the {mode} sandbox") else f"a test program: {run.detail}"
+    return None
+
+
+def _bwrap_problem() -> str | None:
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed"
+    try:
+        answer = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"bwrap --version failed: {err}"
+    found = re.search(r"(\d+)\.(\d+)\.(\d+)", answer)
+    version = tuple(int(v) for v in found.groups()) if found else (0, 0, 0)
+    if version < _BWRAP_MIN_VERSION:
+        return f"bwrap {answer.strip() or '?'} is older than {'.'.join(map(str, _BWRAP_MIN_VERSION))}"
+    return None
+
+
+def program_sandbox(unsandboxed: bool = False) -> str:
+    """The isolation programs run in: ``"none"`` when ``unsandboxed`` (the user asked for it by name), else the
+    first of :data:`SANDBOXES` that runs a test program on this machine (tried once per process). Raises
+    :class:`SandboxUnavailableError`, naming why each failed, when none works."""
+    if unsandboxed:
+        return UNSANDBOXED
+    with _CHOICE_LOCK:
+        problems = {}
+        for mode in SANDBOXES:
+            problems[mode] = _sandbox_problem(mode)
+            if problems[mode] is None:
+                return mode
+    reasons = "; ".join(f"{mode}: {problem}" for mode, problem in problems.items())
+    raise SandboxUnavailableError(
+        f"--program-of-thought executes model-written programs in a sandbox, and none works here ({reasons}). "
+        "Install bubblewrap (e.g. apt install bubblewrap) or allow unprivileged user namespaces (Debian: sysctl "
+        "kernel.unprivileged_userns_clone=1; Ubuntu: sysctl kernel.apparmor_restrict_unprivileged_userns=0), or "
+        "pass --unsandboxed-programs to run the programs without a sandbox (only inside a disposable container or "
+        "VM without network and without your files; docs/evaluation.md, Program-of-thought)"
+    )
 
 
 def run_programs(codes: Sequence[str], *, workers: int | None = None, **limits) -> list[ProgramRun]:

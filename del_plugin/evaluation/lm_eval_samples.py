@@ -27,9 +27,9 @@ from pathlib import Path
 
 from .benchmarks.sets import BENCHMARKS
 from .lm_eval_tasks import METRIC, benchmark_of_task
-from .metrics import GenerationMetrics
 from .report import RunReport, require_eval_extra
-from .tasks import EvalTask, benchmark_task, generation_record, refuse_modified_sets
+from .score import score_outputs
+from .tasks import EvalTask, benchmark_task, refuse_modified_sets
 
 LOG = logging.getLogger(__name__)
 
@@ -283,23 +283,14 @@ def score_lm_eval_samples(
             warning = _prompt_warning(lm_set, task)
             if warning:
                 report.warn(warning)
-            report.start_task(task)
-            metrics = GenerationMetrics(task.scoring)
-            differ = 0
-            for problem in task.problems:
-                text = lm_set.outputs[problem.id]
-                verdict = task.score(text, problem)
-                metrics.add(verdict, problem.reference)
-                report.write_generation(generation_record(task, problem, verdict, text, mode="as given"))
-                theirs = lm_set.lm_eval_verdicts.get(problem.id)
-                differ += theirs is not None and theirs != float(verdict.correct)
+            verdicts = score_outputs(task, lm_set.outputs, report)
+            theirs = lm_set.lm_eval_verdicts
+            differ = sum(i in theirs and theirs[i] != float(v.correct) for i, v in verdicts.items())
             if differ:
                 report.warn(
                     f"{task.name}: {differ} of {len(task.problems)} verdicts differ from the `{METRIC}` lm-eval "
                     f"logged for {lm_set.task} (tasks written by another del-plugin version?)"
                 )
-            report.set_generation(task.name, metrics)
-            report.complete_task(task.name)
         report.mark_complete()
     except BaseException as err:  # noqa: BLE001 - save what is done, then stop as asked
         report.mark_stopped(err)

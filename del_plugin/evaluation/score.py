@@ -15,7 +15,7 @@ from .benchmarks.readers import Verdict
 from .errors import UnusableInput, UsageError, read_input_bytes
 from .metrics import GenerationMetrics, ProgramCounts
 from .report import RunReport, require_eval_extra
-from .tasks import benchmark_task, generation_record, refuse_modified_sets
+from .tasks import EvalTask, benchmark_task, generation_record, refuse_modified_sets
 
 __all__ = ["read_predictions", "score_predictions"]
 
@@ -129,29 +129,7 @@ def score_predictions(
         report.mark_complete()
         return report.finish()
     try:
-        metrics = GenerationMetrics(task.scoring)
-        report.start_task(task)
-        texts = [outputs[p.id] for p in task.problems]
-        programs = [extract_program(t) if program_of_thought else None for t in texts]
-        runs = iter(run_programs([p for p in programs if p is not None], timeout_s=program_timeout_s, sandbox=sandbox))
-        if program_of_thought:
-            metrics.programs = ProgramCounts(asked=len(texts), programs=sum(p is not None for p in programs))
-        for problem, text, program in zip(task.problems, texts, programs):
-            attempt = None
-            if program is None:
-                verdict = task.score(text, problem)
-            else:
-                run = next(runs)
-                attempt = {"status": run.status, "stdout": run.stdout[:2000], "detail": run.detail}
-                verdict = task.score("The answer is " + run.stdout, problem) if run.ok else Verdict(None, False)
-                metrics.programs.ran += int(run.ok)
-            if metrics.programs is not None:
-                metrics.programs.answered += int(verdict.answered)
-            metrics.add(verdict, problem.reference)
-            mode = "as given" if attempt is None else "program-of-thought"
-            report.write_generation(generation_record(task, problem, verdict, text, mode=mode, program=attempt))
-        report.set_generation(task.name, metrics)
-        report.complete_task(task.name)
+        score_outputs(task, outputs, report, program_of_thought, program_timeout_s, sandbox)
         report.mark_complete()
     except BaseException as err:  # noqa: BLE001 - save what is done, then stop as asked
         report.mark_stopped(err)
@@ -159,3 +137,42 @@ def score_predictions(
     finally:
         report.finish()
     return report.data
+
+
+def score_outputs(
+    task: EvalTask,
+    outputs: dict[int, str],
+    report: RunReport,
+    program_of_thought: bool = False,
+    program_timeout_s: float = PROGRAM_TIMEOUT_S,
+    sandbox: str | None = None,
+) -> dict[int, Verdict]:
+    """Score ``outputs`` (problem id -> generated text) of ``task``'s problems into ``report``, one generation
+    record each, as given or, with ``program_of_thought``, by running the program an output holds (in ``sandbox``);
+    the task is complete when it returns. Returns the verdicts by problem id."""
+    metrics = GenerationMetrics(task.scoring)
+    report.start_task(task)
+    texts = [outputs[p.id] for p in task.problems]
+    programs = [extract_program(t) if program_of_thought else None for t in texts]
+    runs = iter(run_programs([p for p in programs if p is not None], timeout_s=program_timeout_s, sandbox=sandbox))
+    if program_of_thought:
+        metrics.programs = ProgramCounts(asked=len(texts), programs=sum(p is not None for p in programs))
+    verdicts = {}
+    for problem, text, program in zip(task.problems, texts, programs):
+        attempt = None
+        if program is None:
+            verdict = task.score(text, problem)
+        else:
+            run = next(runs)
+            attempt = {"status": run.status, "stdout": run.stdout[:2000], "detail": run.detail}
+            verdict = task.score("The answer is " + run.stdout, problem) if run.ok else Verdict(None, False)
+            metrics.programs.ran += int(run.ok)
+        if metrics.programs is not None:
+            metrics.programs.answered += int(verdict.answered)
+        metrics.add(verdict, problem.reference)
+        mode = "as given" if attempt is None else "program-of-thought"
+        report.write_generation(generation_record(task, problem, verdict, text, mode=mode, program=attempt))
+        verdicts[problem.id] = verdict
+    report.set_generation(task.name, metrics)
+    report.complete_task(task.name)
+    return verdicts

@@ -46,7 +46,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 LOG = logging.getLogger(__name__)
@@ -206,53 +206,43 @@ def _pip_download(requirement: str, dest: Path, *, sdist: bool) -> Path:
     return found[0]
 
 
-def gguf_vocab_dir() -> Path:
-    """Folder holding the ``ggml-vocab-*.gguf`` files from the llama-cpp-python sdist."""
-    out = cache_root() / "gguf-vocab"
-    wanted = set(LLAMA_CPP_VOCABS)
-    with _locked("gguf-vocab"):
-        if all((out / f).exists() for f in wanted):
+def _sdist_files(requirement: str, names: Sequence[str], folder: str, out: Path, *, checked: bool = False) -> Path:
+    """``out`` holding the members ``folder/NAME`` (``NAME`` in ``names``) of ``requirement``'s source distribution,
+    downloaded (never built) and extracted once, each by rename; ``checked``: the archive's sha256 is checked against
+    ``SOURCE_SHA256`` first."""
+    with _locked(out.name):
+        wanted = {f for f in names if not (out / f).exists()}
+        if not wanted:
             return out
-        wanted = {f for f in wanted if not (out / f).exists()}
         with tempfile.TemporaryDirectory() as tmp:
-            archive = _pip_download(LLAMA_CPP_PYTHON, Path(tmp), sdist=True)
+            archive = _pip_download(requirement, Path(tmp), sdist=True)
+            if checked:
+                _sha256_checked(archive)
             out.mkdir(parents=True, exist_ok=True)
             with tarfile.open(archive) as tar:
                 for member in tar.getmembers():
-                    base = os.path.basename(member.name)
-                    if base in wanted and "/vendor/llama.cpp/models/" in member.name:
+                    parent, base = os.path.split(member.name)
+                    if base in wanted and parent.endswith(f"/{folder}"):
                         staging = out / f".{base}.tmp"
                         with tar.extractfile(member) as src, open(staging, "wb") as dst:  # type: ignore[union-attr]
                             shutil.copyfileobj(src, dst)
                         staging.rename(out / base)
         missing = sorted(f for f in wanted if not (out / f).exists())
         if missing:
-            raise RuntimeError(f"{LLAMA_CPP_PYTHON} sdist lacks {missing}")
+            raise RuntimeError(f"{requirement} sdist lacks {folder}/{missing}")
     return out
+
+
+def gguf_vocab_dir() -> Path:
+    """Folder holding the ``ggml-vocab-*.gguf`` files from the llama-cpp-python sdist."""
+    return _sdist_files(LLAMA_CPP_PYTHON, LLAMA_CPP_VOCABS, "vendor/llama.cpp/models", cache_root() / "gguf-vocab")
 
 
 def axolotl_deepspeed_configs() -> Path:
     """Folder holding :data:`AXOLOTL_DEEPSPEED_CONFIGS` as Axolotl ships them in ``deepspeed_configs/`` (from the
     sha256-checked :data:`AXOLOTL_SDIST`), byte for byte."""
     out = cache_root() / "axolotl-deepspeed-configs"
-    with _locked("axolotl-deepspeed-configs"):
-        if all((out / f).exists() for f in AXOLOTL_DEEPSPEED_CONFIGS):
-            return out
-        with tempfile.TemporaryDirectory() as tmp:
-            archive = _sha256_checked(_pip_download(AXOLOTL_SDIST, Path(tmp), sdist=True))
-            out.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(archive) as tar:
-                for member in tar.getmembers():
-                    folder, base = os.path.split(member.name)
-                    if base in AXOLOTL_DEEPSPEED_CONFIGS and folder.endswith("/deepspeed_configs"):
-                        staging = out / f".{base}.tmp"
-                        with tar.extractfile(member) as src, open(staging, "wb") as dst:  # type: ignore[union-attr]
-                            shutil.copyfileobj(src, dst)
-                        staging.rename(out / base)
-        missing = sorted(f for f in AXOLOTL_DEEPSPEED_CONFIGS if not (out / f).exists())
-        if missing:
-            raise RuntimeError(f"{AXOLOTL_SDIST} sdist lacks deepspeed_configs/{missing}")
-    return out
+    return _sdist_files(AXOLOTL_SDIST, AXOLOTL_DEEPSPEED_CONFIGS, "deepspeed_configs", out, checked=True)
 
 
 def _sha256_checked(path: Path) -> Path:

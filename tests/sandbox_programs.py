@@ -81,7 +81,8 @@ def hostile_programs(planted: str, project: str, scratch: str, port: int, marker
         "write outside its folder": (
             "import os\nwritten = 0\n"
             f"for path in [{scratch!r} + '/escaped', {project!r} + '/escaped-{marker}', "
-            f"os.path.expanduser('~') + '/../escaped-{marker}', '/usr/escaped-{marker}', '/escaped-{marker}']:\n"
+            f"os.path.dirname(os.path.expanduser('~')) + '/escaped-{marker}', "
+            f"'/usr/escaped-{marker}', '/escaped-{marker}']:\n"
             "    try:\n        open(path, 'w').write('x')\n        written += 1\n    except OSError as err:\n"
             "        print(path, err, file=__import__('sys').stderr)\n"
             "assert written, 'nothing written'\nprint(written)"

@@ -10,6 +10,10 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 # idle torch threads sleep instead of spinning: on a shared or small machine spinning costs more than it saves
 export OMP_WAIT_POLICY := PASSIVE
+# The suite runs in TEST_WORKERS pytest-xdist processes, a test file to each (module fixtures are shared Axolotl runs),
+# with one torch thread each: on two cores that took 12 min instead of 16 (CONTRIBUTING.md). Memory: ~4 GB a worker.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: setup assets lint test test-fast demo bench gpu-check clean
 
@@ -30,10 +34,10 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff format --check .
 
 test: setup lint
-	$(PY) -m pytest -q
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_PARALLEL)
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not e2e and not interpreter"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not e2e and not interpreter"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -148,6 +148,15 @@ def test_deepspeed_zero3_is_refused_only_beside_a_fused_kernel(base, tmp_path):
     assert "`liger_fused_linear_cross_entropy` with DeepSpeed ZeRO-3" in message and "FSDP2" in message
     message = refused(base(deepspeed=zero3, bf16=True, plugins=[CCE, "del_plugin.DELPlugin"]))
     assert "`cut_cross_entropy` with DeepSpeed ZeRO-3" in message
+    # EMO's cost embedding is a copy of the whole head, made when the trainer is built: refused before the model
+    # loads, not at that point on every rank (del_plugin/core/criteria/token.py: emo_cost_embedding)
+    message = refused(base(deepspeed=zero3, del_criterion="emo", del_alpha=0.5))
+    assert "`del_criterion: emo` with DeepSpeed ZeRO-3" in message and "zero2.json" in message
+    for criterion in ("emo", "mixce"):  # ZeRO-2 keeps whole parameters; MixCE reads only the logits
+        stage = "zero2" if criterion == "emo" else "zero3"
+        cfg = DictDefault(base(deepspeed=str(tmp_path / f"{stage}.json"), del_criterion=criterion, del_alpha=0.5))
+        prepare_plugins(cfg)
+        assert validate_config(cfg).del_criterion == criterion
 
 
 def test_architectures_are_checked_before_the_model_loads(base, tmp_path):

@@ -30,6 +30,7 @@ def test_accepted_values_are_kept(base, tmp_path):
     assert cfg.del_eval_benchmark_dir == str(directory)
     assert load_config(base(del_eval_benchmarks=["gsm8k", "MMLU-math"])).del_eval_benchmarks == ["gsm8k", "MMLU-math"]
     assert load_config(base()).del_eval_benchmarks is None  # off unless asked
+    assert load_config(base(del_eval_allow_modified=False)).del_eval_benchmarks is None  # its default, harmless
 
 
 @pytest.mark.parametrize(
@@ -54,6 +55,7 @@ def test_accepted_values_are_kept(base, tmp_path):
         ({"del_eval_benchmarks": ["gsm8k"], "del_eval_limit": "5"}, r"`del_eval_limit` must be a whole number"),
         ({"del_eval_benchmarks": ["gsm8k"], "del_eval_max_new_tokens": -1}, r"`del_eval_max_new_tokens` must be"),
         ({"del_eval_limit": 5}, r"`del_eval_limit` set without `del_eval_benchmarks`, so nothing would be evaluated"),
+        ({"del_eval_allow_modified": True}, r"`del_eval_allow_modified` set without `del_eval_benchmarks`"),
         (
             {"del_eval_benchmarks": ["gsm8k"], "del_eval_limt": 5},
             r"`del_eval_limt` \(did you mean `del_eval_limit`\?\)",

@@ -398,6 +398,21 @@ class DELArgs(CriterionParamArgs):
     @model_validator(mode="before")
     @classmethod
     @_when_enabled
+    def refuse_whole_head_criteria_under_deepspeed_zero3(cls, data: dict) -> None:
+        """A criterion that prepares state from the whole head when the trainer is built (EMO's cost embedding)
+        would find it partitioned: ZeRO-3 loads the model already split across the ranks."""
+        criterion = _criterion(data)
+        if criterion and CRITERIA[criterion].prepare is not None and zero_stage(data.get("deepspeed")) == 3:
+            _refuse(
+                f"`del_criterion: {criterion}` with DeepSpeed ZeRO-3 (`deepspeed`, stage 3): it copies the whole "
+                "lm_head.weight when the trainer is built, and ZeRO-3 has partitioned it across the ranks by then. "
+                "Train it with ZeRO-1 or -2 (deepspeed_configs/zero2.json), FSDP2 or one GPU, or use a digit "
+                f"criterion under ZeRO-3 ({criteria_names(needs_full_logits=False)})"
+            )
+
+    @model_validator(mode="before")
+    @classmethod
+    @_when_enabled
     def refuse_modes_other_than_sft(cls, data: dict) -> None:
         """DEL's trainer does supervised fine-tuning; other modes would silently run without it."""
         if data.get("rl") or data.get("reward_model") or data.get("process_reward_model"):
@@ -418,7 +433,7 @@ class DELArgs(CriterionParamArgs):
     def refuse_eval_settings_without_benchmarks(cls, data: dict) -> None:
         """``del_eval_limit``, ``del_eval_benchmark_dir`` or ``del_eval_max_new_tokens`` without
         ``del_eval_benchmarks`` would evaluate nothing."""
-        keys = [k for k in EVAL_SETTING_KEYS if data.get(k) is not None]
+        keys = [k for k in EVAL_SETTING_KEYS if data.get(k) not in (None, False)]
         if keys and data.get("del_eval_benchmarks") is None:
             _refuse(
                 f"{', '.join(f'`{k}`' for k in keys)} set without `del_eval_benchmarks`, so nothing would be "

@@ -87,6 +87,14 @@ def hostile_programs(planted: str, project: str, scratch: str, port: int, marker
             "        print(path, err, file=__import__('sys').stderr)\n"
             "assert written, 'nothing written'\nprint(written)"
         ),
+        # bwrap's /dev is a tmpfs of its own, without a size: were it writable, a program could fill memory with it
+        "write into /dev": (
+            "import sys\nwritten = 0\n"
+            f"for path in ['/dev/escaped-{marker}', '/dev/shm/escaped-{marker}']:\n"
+            "    try:\n        open(path, 'w').write('x' * 4096)\n        written += 1\n    except OSError as err:\n"
+            "        print(path, err, file=sys.stderr)\n"
+            "assert written, 'nothing written'\nprint(written)"
+        ),
         "read a file planted in HOME": f"print(len(open({planted!r}).read()))",
         "list the project folder": (
             f"import os\nnames = os.listdir({project!r})\nassert 'del_plugin' in names, names\nprint(len(names))"

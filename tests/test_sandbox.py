@@ -255,3 +255,52 @@ def test_without_a_sandbox_program_of_thought_stops_before_any_program_unless_un
     report = json.loads((out / "report.json").read_text())
     assert report["settings"]["program_sandbox"] == UNSANDBOXED and report["datasets"][0]["generation"]["correct"] == 1
     assert "Programs ran without a sandbox." in (out / "report.md").read_text()
+
+
+_RUN_WITH_ITS_PYTHON = """
+import json, sys
+sys.path.insert(0, sys.argv[1] + '/tests')
+from sandbox_programs import load_program_module
+program, code = load_program_module(sys.argv[1]), sys.stdin.read()
+print(json.dumps({
+    mode: program._sandbox_problem(mode) or program.run_program(code, sandbox=mode, timeout_s=20).__dict__
+    for mode in program.SANDBOXES
+}))
+"""
+
+
+def test_a_python_installation_under_tmp_runs_programs_in_a_folder_of_their_own(tmp_path):
+    """A virtual environment made under /tmp is bound into the sandbox at its own path: the program's folder is
+    then beside /tmp, empty and writable, and what the binds put under /tmp is read-only (in /tmp, bwrap's tmpfs
+    hid the interpreter, and the namespaces sandbox showed its folders in the program's folder, writable there)."""
+    if not (str(tmp_path.resolve()) + "/").startswith("/tmp/"):
+        pytest.skip(f"the tests' temporary folder {tmp_path} is not under /tmp")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    code = (
+        "import os, json, sys\nblocked = []\n"
+        "for path in [sys.prefix + '/escaped', os.path.dirname(sys.prefix) + '/escaped', '/tmp/escaped']:\n"
+        "    try:\n        open(path, 'w').write('x')\n    except OSError:\n        blocked.append(path)\n"
+        "open('mine.txt', 'w').write('x')\n"
+        "print(json.dumps([sys.prefix, os.getcwd(), sorted(os.listdir('.')), blocked]))"
+    )
+    result = subprocess.run(
+        [str(python), "-I", "-c", _RUN_WITH_ITS_PYTHON, str(PROJECT)],
+        input=code,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    runs = json.loads(result.stdout)
+    ran = {mode: run for mode, run in runs.items() if isinstance(run, dict)}
+    if not ran:
+        pytest.skip("no sandbox works here: " + "; ".join(runs.values()))
+    for mode, run in ran.items():
+        assert run["status"] == "ok", (mode, run)
+        prefix, folder, listing, blocked = json.loads(run["stdout"])
+        assert prefix == str(venv), (mode, run)
+        assert listing == ["mine.txt", "program.py"], (mode, listing)  # nothing of the binds in it
+        assert len(blocked) == 3, (mode, blocked)
+        assert folder == "/del-eval-program", (mode, run)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]  # nothing escaped onto the host

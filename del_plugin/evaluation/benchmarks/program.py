@@ -15,17 +15,18 @@ it: ``"bwrap"`` where bubblewrap is installed and works, else ``"namespaces"``, 
   environment or command line), nothing it can signal outside, no new user namespaces;
 * a new root holding only the system's programs and libraries (``/usr``, ``/lib*``, ``/bin``), the Python
   installation it runs with and its virtual environment, all read-only, a few device nodes, and its folder
-  ``/tmp``, an empty 64 MiB tmpfs that is its working directory and ``HOME``: nothing of ``HOME``, the working
-  tree or the rest of the file system;
+  ``/tmp`` (``/del-eval-program`` when the Python installation lies under ``/tmp``), an empty 64 MiB tmpfs that
+  is its working directory and ``HOME``: nothing of ``HOME``, the working tree or the rest of the file system;
 * no capabilities and no new privileges; run by root, it runs as ``nobody``, so that the process limit holds;
 * when it ends, whatever it started ends with it (its PID namespace goes), and its folder goes with its tmpfs.
 
 In every mode, as before the sandbox: a new interpreter (``sys.executable -I``: no ``PYTHON*`` variables, no user
 site), an environment of its own (nothing inherited: ``PATH=/usr/bin:/bin``, a UTF-8 locale, one BLAS thread),
 stdin empty, and limits set before the program starts: CPU time and wall time (``timeout_s``, 5 s as in the
-paper's harness; everything it started is killed at the wall limit), address space (``memory_mb``), size of any
+paper's harness; at the wall limit the program is killed with what it started: in a sandbox everything, without
+one what is still in its process group or its folder), address space (``memory_mb``, per process), size of any
 file it writes (``output_bytes``; its stdout is such a file), 64 open files, no core dump, and in a sandbox
-``processes`` processes (:data:`PROGRAM_PROCESSES`).
+``processes`` processes, itself included (:data:`PROGRAM_PROCESSES`).
 
 ``"none"`` (``--unsandboxed-programs``) keeps only that last paragraph, without the process limit: the program
 runs as your user, can read, change and delete what you can, open network connections, and signal your other
@@ -69,7 +70,7 @@ __all__ = [
 PROGRAM_TIMEOUT_S = 5.0
 PROGRAM_MEMORY_MB = 2048
 PROGRAM_OUTPUT_BYTES = 1 << 20
-PROGRAM_PROCESSES = 32
+PROGRAM_PROCESSES = 4
 PROGRAM_FOLDER_BYTES = 64 << 20
 PROGRAM_FOLDER_FILES = 4096
 SANDBOXES = ("bwrap", "namespaces")  # in the order program_sandbox tries them
@@ -78,11 +79,13 @@ _STOP_AT = ("### Instruction",)
 _FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
 _LAUNCHER = Path(__file__).with_name("launcher.py").read_text(encoding="utf-8")
 _SANDBOX_FOLDER = "/tmp"  # the program's folder inside a sandbox
+# ... where the Python installation lies under /tmp (a virtual environment made there), which is bound at its own
+# path: in /tmp it would be hidden by the folder's tmpfs (bwrap) or show in the program's folder (namespaces)
+_SANDBOX_FOLDER_BESIDE_TMP = "/del-eval-program"
 _NOBODY = 65534  # the user a program started by root runs as in a sandbox
 _BWRAP_MIN_VERSION = (0, 8, 0)  # --size and --disable-userns
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
-_SETUP_FAILED = 125  # the launcher's exit status when it could not start the program
 
 
 class SandboxUnavailableError(ValueError):
@@ -161,6 +164,14 @@ def _under(path: str, folders: Sequence[str]) -> bool:
     return any(path == f or path.startswith(f + "/") for f in folders)
 
 
+def _sandbox_folder(python_binds) -> str:
+    """The program's folder in a sandbox: ``/tmp``, unless the Python installation (bound at its own path) lies
+    under it."""
+    if any(_under(path, (_SANDBOX_FOLDER,)) for _, path in python_binds):
+        return _SANDBOX_FOLDER_BESIDE_TMP
+    return _SANDBOX_FOLDER
+
+
 @functools.cache
 def _system_mounts() -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
     """(binds, symlinks) of the system's programs and libraries: ``/usr``, ``/lib*``, ``/bin``, ``/sbin`` and
@@ -181,6 +192,7 @@ def _launcher_settings(
     mode: str, status_fd: int, cpu_seconds: int, memory_bytes: int, output_bytes: int, processes: int
 ) -> dict:
     system_binds, links = _system_mounts()
+    python_binds = _python_binds()
     return {
         "mode": mode,
         "status_fd": status_fd,
@@ -188,10 +200,10 @@ def _launcher_settings(
         "memory_bytes": memory_bytes,
         "output_bytes": output_bytes,
         "processes": processes if mode != UNSANDBOXED else None,
-        "folder": _SANDBOX_FOLDER if mode != UNSANDBOXED else ".",
+        "folder": _sandbox_folder(python_binds) if mode != UNSANDBOXED else ".",
         "folder_bytes": PROGRAM_FOLDER_BYTES,
         "folder_files": PROGRAM_FOLDER_FILES,
-        "binds": [list(b) for b in system_binds + _python_binds()],
+        "binds": [list(b) for b in system_binds + python_binds],
         "symlinks": [list(link) for link in links],
         "root_uid": _NOBODY,
         "root_gid": _NOBODY,
@@ -208,8 +220,11 @@ def _bwrap_command(settings: dict) -> list[str]:
         command += ["--symlink", target, link]
     for real, path in settings["binds"]:
         command += ["--ro-bind", real, path]
-    command += ["--dev", "/dev", "--proc", "/proc", "--size", str(PROGRAM_FOLDER_BYTES), "--tmpfs", _SANDBOX_FOLDER]
-    return command + ["--remount-ro", "/", "--chdir", _SANDBOX_FOLDER, "--"]
+    # --dev mounts a tmpfs of its own, without a size, which "--remount-ro /" leaves writable
+    folder = settings["folder"]
+    command += ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc"]
+    command += ["--size", str(PROGRAM_FOLDER_BYTES), "--tmpfs", folder]
+    return command + ["--remount-ro", "/", "--chdir", folder, "--"]
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -256,7 +271,7 @@ def _run(
                 process = subprocess.Popen(
                     command,
                     cwd="/" if mode == "bwrap" else work,
-                    env=_environment(str(work) if mode == UNSANDBOXED else _SANDBOX_FOLDER),
+                    env=_environment(str(work) if mode == UNSANDBOXED else settings["folder"]),
                     stdin=stdin,
                     stdout=out,
                     stderr=err,

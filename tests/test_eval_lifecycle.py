@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import resource
 import signal
 import sys
@@ -506,8 +507,72 @@ def test_exit_statuses_are_listed_in_help_and_docs(capsys):
         cli.main(["--help"])
     assert EXIT_STATUS_HELP in capsys.readouterr().out
     docs = (ROOT / "docs" / "evaluation.md").read_text()
-    for status, _ in EXIT_STATUSES:
-        assert f"\n| {status} |" in docs, status
+    rows = dict(re.findall(r"\n\| (\d+) \| (.*) \|", docs))
+    for status, meaning in EXIT_STATUSES:  # the same words (the docs set options in code type)
+        assert rows[str(status)].replace("`", "") == meaning, status
+
+
+def test_settings_that_ask_for_nothing_are_usage_and_a_librarys_error_is_a_failed_run(
+    digit_model,  # noqa: F811
+    tmp_path,
+    capsys,
+    monkeypatch,
+):
+    run = ["run", "--model", str(digit_model), "--benchmarks", "gsm8k"]
+    for extra in (["--limit", "0"], ["--batch-size", "0"], ["--no-generate", "--no-teacher-forced"]):
+        assert cli.main([*run, *extra, "--out", str(tmp_path / "x")]) == 2, extra
+        assert capsys.readouterr().err.startswith("del-eval: error: "), extra
+    assert not (tmp_path / "x").exists()
+    predictions = tmp_path / "p.jsonl"
+    predictions.write_text(json.dumps({"id": 0, "output": "print(1)"}) + "\n")
+    score = ["score", "--benchmark", "aqua", "--predictions", str(predictions), "--out", str(tmp_path / "y")]
+    assert cli.main([*score, "--program-of-thought"]) == 2
+    assert "aqua is asked as chain-of-thought" in capsys.readouterr().err
+    # a ValueError from inside a library during the run (here a stand-in for transformers' generate) is not "an
+    # input that cannot be used": it ends the run with its traceback (exit 1), the partial report saved
+    from del_plugin.evaluation import runner
+
+    def library_failure(*args, **kwargs):
+        raise ValueError("something inside the library")
+
+    monkeypatch.setattr(runner, "evaluate", library_failure)
+    with pytest.raises(ValueError, match="something inside the library"):
+        cli.main([*run, "--out", str(tmp_path / "z")])
+
+
+def test_a_resume_that_scores_nothing_keeps_the_runs_warnings_about_its_sets(tmp_path):
+    """A run killed after its last set was scored resumes without loading the model, so it cannot say again that
+    the teacher-forced metrics were skipped (a tokenizer without digit tokens): the finished report still says
+    so, as an uninterrupted run's does."""
+    from del_plugin.evaluation.report import RunReport
+    from del_plugin.evaluation.score import score_outputs
+    from del_plugin.evaluation.tasks import benchmark_task
+
+    skipped = "teacher-forced digit metrics skipped: no digit tokens"
+
+    def run(stop_before_the_end: bool) -> dict:
+        task = benchmark_task("svamp", None, 2)
+        report = RunReport.open(
+            tmp_path / "out",
+            command="run",
+            name="m",
+            model={"path": "m"},
+            settings={"limit": 2},
+            resume_key={"model": "m"},
+            tasks=[task],
+        )
+        if not report.is_complete(task.name):  # what the runner does: a scored set loads no model
+            report.warn(skipped)
+            score_outputs(task, {p.id: "The answer is 1" for p in task.problems}, report)
+        if stop_before_the_end:
+            report.mark_stopped(KeyboardInterrupt())
+        else:
+            report.mark_complete()
+        return report.finish()
+
+    assert skipped in run(stop_before_the_end=True)["warnings"]
+    resumed = run(stop_before_the_end=False)
+    assert resumed["status"] == "complete" and resumed["warnings"].count(skipped) == 1
 
 
 # ---------------------------------------------------------------------------------------------- coverage, compare

@@ -148,6 +148,12 @@ def test_score_lm_eval_samples_reproduces_lm_eval_and_compares_with_del_eval_run
     # the fixtures are not the authors' SimulEq and SAT, which the report says, and --limit scored a few
     # problems of each set; nothing else is wrong
     assert sorted(w.split(":")[0] for w in report["warnings"]) == ["partial coverage", "sat", "simuleq"]
+    # the same scoring again: the report as it was, every generation once
+    lines = (tmp_path / "scored" / "generations.jsonl").read_text().splitlines()
+    assert len(lines) == len(BENCHMARK_NAMES) * LIMIT
+    assert cli.main(argv + [str(tmp_path / "scored"), "--allow-modified"]) == 0
+    assert (tmp_path / "scored" / "generations.jsonl").read_text().splitlines() == lines
+    assert load_report(tmp_path / "scored")["datasets"] == report["datasets"]
     # del-eval compare puts the lm-eval run beside the del-eval run: the same numbers
     assert cli.main(["compare", str(del_eval_out), str(tmp_path / "scored"), "--out", str(tmp_path / "cmp")]) == 0
     compared = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
@@ -176,6 +182,26 @@ def test_lm_eval_gsm8k_samples_are_matched_to_gsm8k_by_question(lm_eval_run, tmp
     assert "lm-eval's own" in report["warnings"][1]
     for record in read_generations(tmp_path / "scored"):
         assert record["correct"] == BENCHMARKS["gsm8k"].score(record["generation"], record["reference"]).correct
+
+
+def test_samples_of_two_models_are_not_scored_into_one_report(lm_eval_run, tmp_path, capsys):
+    _, out, _ = lm_eval_run
+    (results,) = out.rglob("results_*.json")
+    for task, model in [("del_svamp", "model-a"), ("del_gsm8k", "model-b")]:  # lm-eval's folder per model
+        folder = tmp_path / "runs" / model
+        folder.mkdir(parents=True)
+        (samples,) = out.rglob(f"samples_{task}_*.jsonl")
+        shutil.copy(samples, folder)
+        config = json.loads(results.read_text())
+        config["config"]["model_args"] = f"pretrained=/models/{model}"
+        (folder / results.name).write_text(json.dumps(config))
+    assert cli.main(["score", "--lm-eval-samples", str(tmp_path / "runs"), "--out", str(tmp_path / "r")]) == 3
+    error = capsys.readouterr().err
+    assert "come from 2 models" in error and "/models/model-a" in error and "del_gsm8k" in error
+    assert not (tmp_path / "r").exists()
+    assert (
+        cli.main(["score", "--lm-eval-samples", str(tmp_path / "runs" / "model-a"), "--out", str(tmp_path / "a")]) == 0
+    )
 
 
 def test_samples_of_another_file_and_prompts_of_another_format_are_caught(lm_eval_run, benchmark_dir, tmp_path):
@@ -250,6 +276,23 @@ def test_a_missing_set_is_an_error_naming_it_and_nothing_is_written(tmp_path):
     assert cli.main(["lm-eval-tasks", "--out", str(tmp_path / "tasks"), "--benchmarks", "gsm8k,sat"]) == 3
 
 
+def test_tasks_written_again_for_fewer_sets_leave_none_of_the_others(tmp_path, capsys):
+    out = tmp_path / "tasks"
+    assert cli.main(["lm-eval-tasks", "--out", str(out), "--benchmarks", "gsm8k,svamp,aqua"]) == 0
+    (out / "notes.yaml").write_text("mine: true\n")  # a file of the user's: kept
+    assert cli.main(["lm-eval-tasks", "--out", str(out), "--benchmarks", "gsm8k"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "del_gsm8k.yaml",
+        "del_paper.yaml",
+        "del_paper_tasks.py",
+        "notes.yaml",
+    ]
+    (tmp_path / "a-file").write_text("")
+    capsys.readouterr()
+    assert cli.main(["lm-eval-tasks", "--out", str(tmp_path / "a-file"), "--benchmarks", "gsm8k"]) == 4
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
 def test_bad_task_settings_and_score_arguments_are_refused(tmp_path, capsys):
     with pytest.raises(ValueError, match="no auto"):
         write_lm_eval_tasks(tmp_path, benchmarks="gsm8k", prompt_format="auto")
@@ -257,6 +300,8 @@ def test_bad_task_settings_and_score_arguments_are_refused(tmp_path, capsys):
         write_lm_eval_tasks(tmp_path, benchmarks="gsm8k", max_new_tokens=0)
     assert cli.main(["score", "--lm-eval-samples", str(tmp_path), "--benchmark", "gsm8k", "--out", "x"]) == 2
     assert "without --benchmark, --predictions" in capsys.readouterr().err
+    assert cli.main(["score", "--lm-eval-samples", str(tmp_path), "--unsandboxed-programs", "--out", "x"]) == 2
+    assert "--unsandboxed-programs" in capsys.readouterr().err
     assert cli.main(["score", "--lm-eval-samples", str(tmp_path), "--out", str(tmp_path / "x")]) == 3
     assert "no lm-eval samples" in capsys.readouterr().err
     assert cli.main(["score", "--out", str(tmp_path / "x")]) == 2

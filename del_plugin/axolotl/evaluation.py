@@ -19,6 +19,7 @@ again when the run pushes to the hub.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,14 +50,15 @@ def eval_command(
     from ..evaluation.benchmarks.sets import BENCHMARK_NAMES
 
     sets = "all" if list(names) == list(BENCHMARK_NAMES) else ",".join(names)
-    parts = ["del-eval run", f"--model {output_dir}", f"--benchmarks {sets}"]
+    parts = ["del-eval run", f"--model {shlex.quote(str(output_dir))}", f"--benchmarks {sets}"]
     if benchmark_dir:
-        parts.append(f"--benchmark-dir {benchmark_dir}")
+        parts.append(f"--benchmark-dir {shlex.quote(str(benchmark_dir))}")
     if allow_modified:
         parts.append("--allow-modified")
     if settings.limit is not None:
         parts.append(f"--limit {settings.limit}")
-    parts += [f"--max-new-tokens {settings.max_new_tokens}", f"--out {Path(output_dir) / EVAL_FOLDER}"]
+    out = shlex.quote(str(Path(output_dir) / EVAL_FOLDER))
+    parts += [f"--max-new-tokens {settings.max_new_tokens}", f"--out {out}"]
     return " ".join(parts)
 
 
@@ -134,7 +136,9 @@ def write_card_section(output_dir: str | Path, section: str) -> Path | None:
         text = _SECTION.sub(lambda _: section, text, count=1)
     else:
         text = text.rstrip("\n") + "\n\n" + section
-    card.write_text(text, encoding="utf-8")
+    from ..evaluation.output import write_text_atomic
+
+    write_text_atomic(card, text)  # the card Axolotl wrote is replaced whole or not at all
     return card
 
 

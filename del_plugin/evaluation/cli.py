@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from .errors import (
     EXIT_UNWRITABLE_OUTPUT,
     EXIT_USAGE,
     OutputError,
+    UnusableInput,
     UsageError,
 )
 
@@ -198,18 +200,21 @@ def _run(args: argparse.Namespace) -> int:
 
     if not args.data and not args.benchmarks:
         raise UsageError("nothing to evaluate: give --data files and/or --benchmarks (e.g. --benchmarks all)")
-    settings = EvalSettings(
-        batch_size=args.batch_size,
-        max_new_tokens=args.max_new_tokens,
-        prompt_format=args.prompt_format,
-        limit=args.limit,
-        generate=not args.no_generate,
-        teacher_forced=not args.no_teacher_forced,
-        program_of_thought=args.program_of_thought,
-        unsandboxed_programs=args.unsandboxed_programs,
-        dtype=args.dtype,
-        device=args.device,
-    )
+    try:
+        settings = EvalSettings(
+            batch_size=args.batch_size,
+            max_new_tokens=args.max_new_tokens,
+            prompt_format=args.prompt_format,
+            limit=args.limit,
+            generate=not args.no_generate,
+            teacher_forced=not args.no_teacher_forced,
+            program_of_thought=args.program_of_thought,
+            unsandboxed_programs=args.unsandboxed_programs,
+            dtype=args.dtype,
+            device=args.device,
+        )
+    except ValueError as err:  # e.g. --limit 0: the command line asks for nothing
+        raise UsageError(str(err)) from None
     out = Path(args.out)
     report = evaluate(
         args.model,
@@ -243,10 +248,10 @@ def _score(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     if args.lm_eval_samples:
-        if args.benchmark or args.predictions or args.program_of_thought:
+        if args.benchmark or args.predictions or args.program_of_thought or args.unsandboxed_programs:
             raise UsageError(
                 "--lm-eval-samples reads the sets and generations from lm-eval's samples: give it without "
-                "--benchmark, --predictions and --program-of-thought"
+                "--benchmark, --predictions, --program-of-thought and --unsandboxed-programs"
             )
         from .lm_eval_samples import score_lm_eval_samples
 
@@ -294,8 +299,9 @@ def _lm_eval_tasks(args: argparse.Namespace) -> int:
     chat = ",add_bos_token=False --apply_chat_template" if args.prompt_format == "chat" else ""
     sets = f" --benchmark-dir {args.benchmark_dir}" if args.benchmark_dir else ""
     print(
-        f"run: lm_eval --model hf --model_args pretrained=MODEL{chat} --tasks {GROUP} --include_path {args.out} "
-        f"--log_samples --output_path OUT\nthen: del-eval score --lm-eval-samples OUT{sets} --out REPORT_DIR"
+        f"run: lm_eval --model hf --model_args pretrained=MODEL,dtype=DTYPE{chat} --tasks {GROUP} --include_path "
+        f"{args.out} --log_samples --output_path OUT\n     (DTYPE as del-eval run loads it: bfloat16 on a GPU, "
+        f"float32 on a CPU)\nthen: del-eval score --lm-eval-samples OUT{sets} --out REPORT_DIR"
     )
     return EXIT_OK
 
@@ -326,6 +332,16 @@ def stop_cleanly_on_sigterm():
     return signal.signal(signal.SIGTERM, _exit)
 
 
+def _raised_by_del_eval(err: BaseException) -> bool:
+    """Whether ``err`` was raised in del_plugin's own code (its checks and readers name the input and the fix),
+    not inside a library it called."""
+    frame = err.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    package = str(Path(__file__).resolve().parents[1])
+    return frame is not None and str(Path(frame.tb_frame.f_code.co_filename).resolve()).startswith(package + os.sep)
+
+
 def main(argv: list[str] | None = None) -> int:
     """del-eval; returns its exit status (:mod:`.errors` defines them; ``--help`` lists them)."""
     import signal
@@ -350,8 +366,10 @@ def main(argv: list[str] | None = None) -> int:
         # --out cannot be used or written; a report already there is kept
         print(f"del-eval: error: {err}", file=sys.stderr)
         return EXIT_UNWRITABLE_OUTPUT
-    except (OSError, ValueError) as err:
-        # an input that cannot be used: a clear message, not a traceback (a partial report, if any, is written)
+    except (OSError, ValueError, ImportError) as err:
+        if not (isinstance(err, (UnusableInput, ImportError)) or _raised_by_del_eval(err)):
+            raise  # from inside a library (transformers, torch) during the run: exit 1, with its traceback
+        # an input that cannot be used, as del-eval's checks and readers say: a clear message, not a traceback
         print(f"del-eval: error: {err}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
     except KeyboardInterrupt:

@@ -45,8 +45,9 @@ EXIT_STATUSES = (
     ),
     (
         EXIT_USAGE,
-        "the command line is wrong (an unknown option, a missing one), or asks for what cannot be done here as "
-        "given (--program-of-thought where no sandbox works: see --unsandboxed-programs)",
+        "the command line is wrong (an unknown option, a missing one, settings that ask for nothing such as "
+        "--limit 0), or asks for what cannot be done here as given (--program-of-thought where no sandbox works: "
+        "see --unsandboxed-programs; or for a set the paper asks as chain-of-thought)",
     ),
     (
         EXIT_UNUSABLE_INPUT,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .benchmarks.sets import BENCHMARKS
+from .errors import UnusableInput
 from .lm_eval_tasks import METRIC, benchmark_of_task
 from .report import RunReport, require_eval_extra
 from .score import score_outputs
@@ -224,6 +225,22 @@ def _prompt_warning(found: LmEvalSet, task: EvalTask) -> str | None:
     )
 
 
+def _refuse_several_models(folder, found: list[LmEvalSet]) -> None:
+    """One report is of one model: samples found under ``folder`` from runs of different models (lm-eval writes
+    one folder per model under its --output_path) are an :class:`~.errors.UnusableInput`."""
+    models: dict[str, list[str]] = {}
+    for lm_set in found:
+        if lm_set.run.get("model_args"):
+            key = json.dumps([lm_set.run.get("model"), lm_set.run["model_args"]], sort_keys=True)
+            models.setdefault(key, []).append(f"{lm_set.task} ({lm_set.path.parent})")
+    if len(models) > 1:
+        listed = "; ".join(f"{json.loads(key)[1]}: {', '.join(tasks)}" for key, tasks in models.items())
+        raise UnusableInput(
+            f"{folder}: the samples found there come from {len(models)} models or model settings ({listed}); give "
+            "the folder of one model's run (lm-eval writes one per model under its --output_path)"
+        )
+
+
 def score_lm_eval_samples(
     folder: str | Path,
     out_dir: str | Path,
@@ -239,6 +256,7 @@ def score_lm_eval_samples(
     unless ``allow_modified``); return the report."""
     require_eval_extra()
     found = read_lm_eval_samples(folder, benchmark_dir)
+    _refuse_several_models(folder, found)
     tasks = []
     for lm_set in found:
         task = benchmark_task(lm_set.benchmark, benchmark_dir, None)
@@ -273,6 +291,8 @@ def score_lm_eval_samples(
     )
     try:
         for lm_set, task in zip(found, tasks):
+            if report.is_complete(task.name):  # scored before (the same samples): kept as they are
+                continue
             if task.source_warning():
                 report.warn(task.source_warning())
             if not lm_set.ours:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .. import __version__
 from .benchmarks.sets import (
+    BENCHMARK_NAMES,
     BENCHMARKS,
     BenchmarkSet,
     benchmark_path,
@@ -40,6 +41,7 @@ from .benchmarks.sets import (
     resolve_benchmark_names,
 )
 from .generation import ALPACA_PROMPT, STOP_STRINGS
+from .output import prepare_output_dir, write_text_atomic
 from .tasks import modified_set_error
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
 GROUP = "del_paper"
 TASK_PREFIX = "del_"
 HELPERS_MODULE = "del_paper_tasks"
+_HEADER_START = "# Written by `del-eval lm-eval-tasks`"
 METRIC = "acc"
 LM_EVAL_PROMPT_FORMATS = ("alpaca", "chat")
 # the version of the task definitions (lm-eval reports it per task): raise it when what a task sends or scores changes
@@ -247,15 +250,21 @@ def write_lm_eval_tasks(
     for bench in loaded:
         if not bench.verified and not allow_modified:
             raise modified_set_error(bench.name, bench.path, bench.sha256, bench.benchmark.sha256)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output_dir(out_dir)
     header = (
-        f"# Written by `del-eval lm-eval-tasks` (del-plugin {__version__}), prompt format {prompt_format}: "
+        f"{_HEADER_START} (del-plugin {__version__}), prompt format {prompt_format}: "
         f"lm_eval --tasks {GROUP} --include_path {out}"
     )
-    files = {out / f"{task_name(s.name)}.yaml": _task_yaml(s, prompt_format, max_new_tokens, header) for s in loaded}
+    # Tasks an earlier write made for other sets would name helpers this write no longer defines, and lm-eval reads
+    # every YAML under --include_path: they go first. Then the helpers, the tasks and the group last, each by
+    # rename: a write stopped half-way leaves no task naming a missing helper, no group naming a missing task.
+    for name in set(BENCHMARK_NAMES) - set(names):
+        stale = out / f"{task_name(name)}.yaml"
+        if stale.is_file() and stale.read_text(encoding="utf-8").startswith(_HEADER_START):
+            stale.unlink()
+    files = {out / f"{HELPERS_MODULE}.py": _helpers_py(names, directory, prompt_format)}
+    files |= {out / f"{task_name(s.name)}.yaml": _task_yaml(s, prompt_format, max_new_tokens, header) for s in loaded}
     files[out / f"{GROUP}.yaml"] = _group_yaml(names, header)
-    files[out / f"{HELPERS_MODULE}.py"] = _helpers_py(names, directory, prompt_format)
     for path, text in files.items():
-        path.write_text(text, encoding="utf-8")
+        write_text_atomic(path, text)
     return list(files)

@@ -167,7 +167,6 @@ def lock_folder(path: Path, wait_s: float = LOCK_WAIT_S) -> int | None:
             if time.monotonic() >= deadline:
                 os.close(fd)
                 raise OutputError(
-                    errno.EBUSY,
                     f"--out {path}: another del-eval process is writing there; let it end, or give another --out",
                 ) from None
             time.sleep(0.1)

@@ -55,6 +55,9 @@ __all__ = [
 ]
 
 SCHEMA = "del-eval/2"
+# warnings of the run as a whole that describe what the scored sets hold (a resume that loads no model, all of
+# them scored, would not say them again)
+_WARNINGS_OF_KEPT_SETS = ("teacher-forced digit metrics skipped",)
 READABLE_SCHEMAS = ("del-eval/1", SCHEMA)
 GENERATIONS_FILE = "generations.jsonl"
 PLOT_FILES = ("entropy_histogram.png", "place_accuracy.png", "benchmark_accuracy.png")
@@ -283,8 +286,12 @@ class RunReport:
             warning = coverage_warning(data["datasets"])
             if warning:
                 report.warn(warning)
-            if previous is not None:  # the kept sets' warnings
-                report.data["warnings"] += [w for w in previous.get("warnings", []) if w.split(":")[0] in kept]
+            if previous is not None:  # the kept sets' warnings, and the run's own about what they hold
+                report.data["warnings"] += [
+                    w
+                    for w in previous.get("warnings", [])
+                    if w.split(":")[0] in kept or (kept and w.split(":")[0] in _WARNINGS_OF_KEPT_SETS)
+                ]
             report._open_generations()
             report.save()
         except BaseException:

@@ -17,13 +17,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sandbox, run_programs
+from .benchmarks.program import PROGRAM_TIMEOUT_S, program_sandbox
 from .benchmarks.readers import Verdict
 from .benchmarks.sets import Problem
-from .errors import UsageError
+from .errors import UnusableInput, UsageError
 from .metrics import GenerationMetrics, ProgramCounts
 from .output import read_jsonl
 from .report import GENERATIONS_FILE, RunReport, require_eval_extra
+from .score import program_verdicts
 from .tasks import EvalTask, generation_record, plan_tasks
 from .teacher_forced import TeacherForcedStats
 
@@ -164,7 +165,13 @@ def _load(model, adapter, settings: EvalSettings, report: RunReport):
     from .generation import load_model
 
     started = time.perf_counter()
-    lm = load_model(model, adapter, dtype=settings.dtype, device=settings.device)
+    try:
+        lm = load_model(model, adapter, dtype=settings.dtype, device=settings.device)
+    except (OSError, ValueError) as err:  # a folder transformers cannot load: the input, not the run, is at fault
+        if isinstance(err, UnusableInput):
+            raise
+        what = f"--model {model}" + (f" with --adapter {adapter}" if adapter else "")
+        raise UnusableInput(f"{what}: cannot be loaded ({type(err).__name__}: {err})") from err
     folders = [lm.adapter, str(model) if Path(model).is_dir() else None]
     prompt_format, source = resolve_prompt_format(settings.prompt_format, lm.tokenizer, folders)
     LOG.info("prompt format %s (%s)", prompt_format.kind, source)
@@ -270,7 +277,8 @@ def _generate(task: EvalTask, lm, prompt_format, settings: EvalSettings, report:
             lm, prompts, settings, f"{task.name}: program-of-thought"
         ):
             problems = [task.problems[i] for i in indices]
-            outcomes = _run_programs(task, problems, texts, settings)
+            sandbox = program_sandbox(settings.unsandboxed_programs)
+            outcomes = program_verdicts(task, problems, texts, settings.program_timeout_s, sandbox)
             for problem, text, n_tokens, done, (verdict, program) in zip(problems, texts, lengths, finished, outcomes):
                 metrics.programs.asked += 1
                 metrics.programs.programs += int(program is not None)
@@ -297,25 +305,6 @@ def _generate(task: EvalTask, lm, prompt_format, settings: EvalSettings, report:
             f"{task.name}: {metrics.cut} of {metrics.n} generations hit --max-new-tokens {settings.max_new_tokens} "
             "before ending; their answers may be cut off"
         )
-
-
-def _run_programs(task: EvalTask, problems, texts, settings: EvalSettings) -> list[tuple[Verdict, dict | None]]:
-    """Score program-of-thought outputs: a program's printed output read as "The answer is <stdout>"; an output
-    without a program read as it is (as the paper's harness does)."""
-    programs = [extract_program(text) for text in texts]
-    sandbox = program_sandbox(settings.unsandboxed_programs)
-    runs = iter(
-        run_programs([p for p in programs if p is not None], timeout_s=settings.program_timeout_s, sandbox=sandbox)
-    )
-    outcomes = []
-    for problem, text, program in zip(problems, texts, programs):
-        if program is None:
-            outcomes.append((task.score(text, problem), None))
-            continue
-        run = next(runs)
-        verdict = task.score("The answer is " + run.stdout, problem) if run.ok else Verdict(None, False)
-        outcomes.append((verdict, {"status": run.status, "stdout": run.stdout[:2000], "detail": run.detail}))
-    return outcomes
 
 
 def read_generations(out_dir: str | Path) -> list[dict]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sandbox, run_programs
 from .benchmarks.readers import Verdict
+from .benchmarks.sets import BENCHMARKS
 from .errors import UnusableInput, UsageError, read_input_bytes
 from .metrics import GenerationMetrics, ProgramCounts
 from .report import RunReport, require_eval_extra
@@ -95,8 +96,14 @@ def score_predictions(
     require_eval_extra()
     if unsandboxed_programs and not program_of_thought:
         raise UsageError("--unsandboxed-programs needs --program-of-thought")
-    sandbox = program_sandbox(unsandboxed_programs) if program_of_thought else None  # before any program runs
     task = benchmark_task(benchmark, benchmark_dir, None)
+    if program_of_thought and not task.runs_program_of_thought:
+        runs = ", ".join(b.name for b in BENCHMARKS.values() if b.program_of_thought)
+        raise UsageError(
+            f"--program-of-thought: {task.name} is asked as chain-of-thought, never as a program (the paper runs "
+            f"programs for {runs} only); score it without --program-of-thought"
+        )
+    sandbox = program_sandbox(unsandboxed_programs) if program_of_thought else None  # before any program runs
     refuse_modified_sets([task], allow_modified)
     outputs = read_predictions(predictions, len(task.problems))
     task.problems = [p for p in task.problems if p.id in outputs]
@@ -139,6 +146,25 @@ def score_predictions(
     return report.data
 
 
+def program_verdicts(
+    task: EvalTask, problems, texts: list[str], timeout_s: float, sandbox: str
+) -> list[tuple[Verdict, dict | None]]:
+    """Score program-of-thought outputs, as the paper's harness does: the program an output holds is run (in
+    ``sandbox``) and what it prints read as "The answer is <stdout>" (a program that fails: no answer); an output
+    without a program is read as it is. Per problem: the verdict, and the program's run (None without one)."""
+    programs = [extract_program(text) for text in texts]
+    runs = iter(run_programs([p for p in programs if p is not None], timeout_s=timeout_s, sandbox=sandbox))
+    outcomes = []
+    for problem, text, program in zip(problems, texts, programs):
+        if program is None:
+            outcomes.append((task.score(text, problem), None))
+            continue
+        run = next(runs)
+        verdict = task.score("The answer is " + run.stdout, problem) if run.ok else Verdict(None, False)
+        outcomes.append((verdict, {"status": run.status, "stdout": run.stdout[:2000], "detail": run.detail}))
+    return outcomes
+
+
 def score_outputs(
     task: EvalTask,
     outputs: dict[int, str],
@@ -153,20 +179,15 @@ def score_outputs(
     metrics = GenerationMetrics(task.scoring)
     report.start_task(task)
     texts = [outputs[p.id] for p in task.problems]
-    programs = [extract_program(t) if program_of_thought else None for t in texts]
-    runs = iter(run_programs([p for p in programs if p is not None], timeout_s=program_timeout_s, sandbox=sandbox))
     if program_of_thought:
-        metrics.programs = ProgramCounts(asked=len(texts), programs=sum(p is not None for p in programs))
+        outcomes = program_verdicts(task, task.problems, texts, program_timeout_s, sandbox)
+        metrics.programs = ProgramCounts(asked=len(texts), programs=sum(a is not None for _, a in outcomes))
+    else:
+        outcomes = [(task.score(text, problem), None) for problem, text in zip(task.problems, texts)]
     verdicts = {}
-    for problem, text, program in zip(task.problems, texts, programs):
-        attempt = None
-        if program is None:
-            verdict = task.score(text, problem)
-        else:
-            run = next(runs)
-            attempt = {"status": run.status, "stdout": run.stdout[:2000], "detail": run.detail}
-            verdict = task.score("The answer is " + run.stdout, problem) if run.ok else Verdict(None, False)
-            metrics.programs.ran += int(run.ok)
+    for problem, text, (verdict, attempt) in zip(task.problems, texts, outcomes):
+        if attempt is not None:
+            metrics.programs.ran += int(attempt["status"] == "ok")
         if metrics.programs is not None:
             metrics.programs.answered += int(verdict.answered)
         metrics.add(verdict, problem.reference)

@@ -264,11 +264,14 @@ def test_a_named_card_wins_over_this_machines_gpu(monkeypatch):
 
     from del_plugin.axolotl.check import hardware
 
+    # Axolotl's n_gpu is WORLD_SIZE, 1 outside a launcher: del-check checks for the machine's 4 GPUs
     local = ({"bf16": True, "fp8": True, "tf32": True, "n_gpu": 1, "compute_capability": "sm_90"}, {})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(axolotl_cli_config, "gpu_capabilities", lambda: local)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(axolotl_cli_config, "gpu_capabilities", lambda: (dict(local[0]), {}))
     capabilities, _, described = hardware(parse_args(["c.yml"]), {})
-    assert capabilities["compute_capability"] == "sm_90" and described == "this machine's GPU (sm_90), 1 GPU(s)"
+    assert capabilities["compute_capability"] == "sm_90" and described == "this machine's GPU (sm_90), 4 GPU(s)"
+    assert hardware(parse_args(["c.yml", "--gpus", "2"]), {})[0]["n_gpu"] == 2
     capabilities, _, described = hardware(parse_args(["c.yml", "--gpu", "rtx3090", "--gpus", "2"]), {})
     assert capabilities == {"bf16": True, "fp8": False, "tf32": True, "n_gpu": 2, "compute_capability": "sm_86"}
     assert described == "2 x RTX 3090, compute capability 8.6"

@@ -164,7 +164,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--gpus",
         type=int,
         default=None,
-        help="how many GPUs the run is for (default: the local count, else 1; 8 for an FSDP or DeepSpeed config)",
+        help="how many GPUs the run is for (default: this machine's count; without a GPU, 1, or 8 for an FSDP or "
+        "DeepSpeed config)",
     )
     parser.add_argument(
         "--verbose", action="store_true", help="also show what torch, bitsandbytes and Axolotl log while checking"
@@ -205,8 +206,8 @@ def hardware(args: argparse.Namespace, cfg: dict) -> tuple[dict, dict, str]:
         from axolotl.cli.config import gpu_capabilities
 
         capabilities, env = gpu_capabilities()
-        if args.gpus:
-            capabilities["n_gpu"] = args.gpus
+        # Axolotl reads n_gpu from WORLD_SIZE, which is 1 outside a launcher: the run is for this machine's GPUs
+        capabilities["n_gpu"] = args.gpus or torch.cuda.device_count()
         gpu = capabilities["compute_capability"]
         return capabilities, env, f"this machine's GPU ({gpu}), {capabilities['n_gpu']} GPU(s)"
     gpus = args.gpus or (8 if _sharded(cfg) else 1)

@@ -174,11 +174,8 @@ def _build_root(settings, folder):
     _check(_libc.umount2(b"/.oldroot", MNT_DETACH), "umount the old root")
     os.rmdir("/.oldroot")
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    if proc:
-        try:  # no user namespaces inside: nothing in which to gain capabilities again
-            _write("/proc/sys/user/max_user_namespaces", "0")
-        except OSError:
-            pass
+    if proc:  # no user namespaces inside: nothing in which to gain capabilities again (a failure stops the setup)
+        _write("/proc/sys/user/max_user_namespaces", "0")
 
 
 def _drop_privileges(uid, gid):

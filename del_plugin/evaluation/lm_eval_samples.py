@@ -289,7 +289,7 @@ def score_lm_eval_samples(
         tasks=tasks,
         overwrite=overwrite,
     )
-    try:
+    with report.scoring():
         for lm_set, task in zip(found, tasks):
             if report.is_complete(task.name):  # scored before (the same samples): kept as they are
                 continue
@@ -311,10 +311,4 @@ def score_lm_eval_samples(
                     f"{task.name}: {differ} of {len(task.problems)} verdicts differ from the `{METRIC}` lm-eval "
                     f"logged for {lm_set.task} (tasks written by another del-plugin version?)"
                 )
-        report.mark_complete()
-    except BaseException as err:  # noqa: BLE001 - save what is done, then stop as asked
-        report.mark_stopped(err)
-        raise
-    finally:
-        report.finish()
     return report.data

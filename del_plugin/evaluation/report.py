@@ -8,7 +8,8 @@ import hashlib
 import json
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -342,6 +343,19 @@ class RunReport:
 
     def mark_complete(self) -> None:
         self.data["status"] = "complete"
+
+    @contextmanager
+    def scoring(self) -> Iterator[RunReport]:
+        """The run's work in a ``with`` block: the report is complete when the block ends, partial (with the error)
+        when anything stops it, a Ctrl-C too (the error goes on), and written either way."""
+        try:
+            yield self
+            self.mark_complete()
+        except BaseException as err:  # noqa: BLE001 - save what is done, then stop as asked
+            self.mark_stopped(err)
+            raise
+        finally:
+            self.finish()
 
     def mark_stopped(self, err: BaseException) -> None:
         self.data["status"] = "partial"

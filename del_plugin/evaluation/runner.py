@@ -122,7 +122,7 @@ def evaluate(
     )
     for warning in warnings:
         report.warn(warning)
-    try:
+    with report.scoring():
         todo = [t for t in tasks if not report.is_complete(t.name)]
         for task in tasks:
             if report.is_complete(task.name):
@@ -131,12 +131,6 @@ def evaluate(
             lm, prompt_format = _load(model, adapter, settings, report)
             for task in todo:
                 _run_task(task, lm, prompt_format, settings, report)
-        report.mark_complete()
-    except BaseException as err:  # noqa: BLE001 - also Ctrl-C: save what is done, then stop as asked
-        report.mark_stopped(err)
-        raise
-    finally:
-        report.finish()
     return report.data
 
 

@@ -135,14 +135,8 @@ def score_predictions(
     if report.is_complete(task.name):  # the same scoring, already in out_dir: written again as it is
         report.mark_complete()
         return report.finish()
-    try:
+    with report.scoring():
         score_outputs(task, outputs, report, program_of_thought, program_timeout_s, sandbox)
-        report.mark_complete()
-    except BaseException as err:  # noqa: BLE001 - save what is done, then stop as asked
-        report.mark_stopped(err)
-        raise
-    finally:
-        report.finish()
     return report.data
 
 

@@ -39,6 +39,7 @@ from .errors import (
     UnusableInput,
     UsageError,
 )
+from .generation import MAX_NEW_TOKENS
 
 __all__ = ["main", "build_parser", "stop_cleanly_on_sigterm"]
 
@@ -95,8 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--max-new-tokens",
         type=int,
-        default=256,
-        help="longest generation; longer ones are cut and counted in the report (default: 256; the paper allows 1500)",
+        default=MAX_NEW_TOKENS,
+        help="longest generation; longer ones are cut and counted in the report (default: %(default)s; the paper "
+        "allows 1500)",
     )
     run.add_argument(
         "--prompt-format",
@@ -177,7 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
         "lm_eval --apply_chat_template",
     )
     lm_eval_tasks.add_argument(
-        "--max-new-tokens", type=int, default=256, help="longest generation, as del-eval run's (default: 256)"
+        "--max-new-tokens",
+        type=int,
+        default=MAX_NEW_TOKENS,
+        help="longest generation, as del-eval run's (default: %(default)s)",
     )
     lm_eval_tasks.add_argument("--allow-modified", action="store_true", help=_ALLOW_MODIFIED_HELP)
 

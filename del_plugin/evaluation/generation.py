@@ -52,6 +52,7 @@ ALPACA_PROMPT = (
     "\n\n### Instruction:\n{question}\n\n### Response:\n"
 )
 PROMPT_FORMATS = ("auto", "chat", "alpaca")
+MAX_NEW_TOKENS = 256  # the longest generation by default, in every way of scoring (the paper allows 1,500)
 STOP_STRINGS = ("### Instruction", "### Response", "USER:", "ASSISTANT:", "\n\nProblem:")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -40,7 +40,7 @@ from .benchmarks.sets import (
     load_benchmark,
     resolve_benchmark_names,
 )
-from .generation import ALPACA_PROMPT, STOP_STRINGS
+from .generation import ALPACA_PROMPT, MAX_NEW_TOKENS, STOP_STRINGS
 from .output import prepare_output_dir, write_text_atomic
 from .tasks import modified_set_error
 
@@ -221,7 +221,7 @@ def write_lm_eval_tasks(
     benchmarks: str | Sequence[str] = "all",
     benchmark_dir: str | Path | None = None,
     prompt_format: str = "alpaca",
-    max_new_tokens: int = 256,
+    max_new_tokens: int = MAX_NEW_TOKENS,
     allow_modified: bool = False,
 ) -> list[Path]:
     """Write the lm-eval tasks of ``benchmarks`` (names or ``"all"``) and the group ``del_paper`` into

@@ -21,6 +21,7 @@ from .benchmarks.program import PROGRAM_TIMEOUT_S, program_sandbox
 from .benchmarks.readers import Verdict
 from .benchmarks.sets import Problem
 from .errors import UnusableInput, UsageError
+from .generation import MAX_NEW_TOKENS
 from .metrics import GenerationMetrics, ProgramCounts
 from .output import read_jsonl
 from .report import GENERATIONS_FILE, RunReport, require_eval_extra
@@ -41,7 +42,7 @@ class EvalSettings:
     ``unsandboxed_programs``: run those programs without the sandbox (only the limits)."""
 
     batch_size: int = 16
-    max_new_tokens: int = 256
+    max_new_tokens: int = MAX_NEW_TOKENS
     prompt_format: str = "auto"
     limit: int | None = None
     generate: bool = True

@@ -161,6 +161,20 @@ def test_the_estimate_names_the_machine_it_is_for(capsys):
     assert capsys.readouterr().out.startswith("gpu profile on one H200 (GPU_RATES")
 
 
+def test_sets_that_are_not_the_authors_are_refused_before_training(tmp_path):
+    from del_plugin.demo.paper import main
+
+    from paper_sets import write_benchmark_dir
+
+    sets = write_benchmark_dir(tmp_path / "sets")  # the tests' stand-ins, not the authors' files
+    with pytest.raises(SystemExit) as stopped:
+        main(["--smoke", "--benchmark-dir", str(sets), "--out", str(tmp_path / "out")])
+    message = str(stopped.value)
+    assert message.startswith(f"error: simuleq: {sets}/simuleq/simuleq.json is not the authors' file (sha256 ")
+    assert message.endswith("comparable with the paper's; this demo scores the authors' files only")
+    assert not (tmp_path / "out").exists()  # nothing trained or written
+
+
 def test_every_demo_command_and_option_is_in_its_help(capsys):
     """`python -m del_plugin.demo --help` names the paper and sweep commands; every option of the three commands
     has a help text."""

@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             refuse_modified_sets([benchmark_task(name, benchmark_dir, 1) for name in ("simuleq", "sat")], False)
         except ModifiedBenchmarkError as err:
-            raise SystemExit(f"error: {str(err).split(': use')[0]}; this demo scores the authors' files only") from None
+            raise SystemExit(f"error: {err.problem}; this demo scores the authors' files only") from None
         except (OSError, ValueError) as err:
             raise SystemExit(f"error: {err}") from None
     out.mkdir(parents=True, exist_ok=True)

@@ -153,7 +153,12 @@ def plan_tasks(
 
 
 class ModifiedBenchmarkError(UnusableInput):
-    """A user's copy of SimulEq or SAT that is not the authors' file (its sha256 differs), not allowed."""
+    """A user's copy of SimulEq or SAT that is not the authors' file (its sha256 differs), not allowed; ``problem``
+    says what is wrong, without the fix (which depends on the command)."""
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(f"{problem}: {fix}")
+        self.problem = problem
 
 
 def modified_set_error(
@@ -162,8 +167,8 @@ def modified_set_error(
     """The error for a benchmark read from a file that is not the authors' (``fix``: how to score it anyway)."""
     return ModifiedBenchmarkError(
         f"{name}: {path} is not the authors' file (sha256 {sha256}, expected {expected}), so its accuracy would not "
-        f"be comparable with the paper's: use the authors' copy (docs/evaluation.md says where), or {fix} (the "
-        "report then marks it)"
+        "be comparable with the paper's",
+        f"use the authors' copy (docs/evaluation.md says where), or {fix} (the report then marks it)",
     )
 
 

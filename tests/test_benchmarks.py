@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from decimal import Decimal
@@ -34,7 +35,7 @@ from del_plugin.evaluation.benchmarks.program import (
     run_program,
 )
 from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, canonical_number
-from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, DATA_DIR
+from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, DATA_DIR, missing_benchmarks
 from del_plugin.evaluation.report import load_report, macc
 from del_plugin.evaluation.score import read_predictions, score_predictions
 
@@ -127,6 +128,47 @@ def test_a_missing_user_set_names_the_set_and_where_it_was_looked_for(tmp_path):
         load_benchmark("simuleq")
     with pytest.raises(FileNotFoundError, match=rf"sat \(SAT\): {tmp_path}/sat/sat.json not found"):
         load_benchmark("sat", tmp_path)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "--model", "no-model-needed", "--benchmarks", "all", "--out", "OUT"],
+        ["lm-eval-tasks", "--out", "OUT"],  # its default is all seven
+    ],
+)
+def test_every_missing_set_is_named_at_once_with_the_command_for_the_shipped_sets(command, tmp_path, capsys):
+    command = [str(tmp_path / "out") if arg == "OUT" else arg for arg in command]
+    assert cli.main(command) == 3
+    error = capsys.readouterr().err
+    assert "simuleq (SimulEq) and sat (SAT) are not shipped with del-plugin" in error
+    assert "set --benchmark-dir to a folder holding simuleq/simuleq.json and sat/sat.json" in error
+    # the user's own command, with the five shipped sets: it runs as printed
+    rerun = shlex.split(error.rsplit("or run the sets that are here without them: ", 1)[1])
+    assert rerun[0] == "del-eval" and rerun[rerun.index("--benchmarks") + 1] == "gsm8k,math,svamp,aqua,mmlu_math"
+    assert rerun[1:] == [a if a != "all" else "gsm8k,math,svamp,aqua,mmlu_math" for a in command] + (
+        [] if "--benchmarks" in command else ["--benchmarks", "gsm8k,math,svamp,aqua,mmlu_math"]
+    )
+    assert not (tmp_path / "out").exists()
+    if command[0] == "lm-eval-tasks":
+        assert cli.main(rerun[1:]) == 0
+        capsys.readouterr()
+        assert sorted(p.name for p in (tmp_path / "out").glob("del_*.yaml")) == [
+            f"del_{n}.yaml" for n in sorted(["aqua", "gsm8k", "math", "mmlu_math", "paper", "svamp"])
+        ]
+
+
+def test_a_set_missing_from_the_benchmark_dir_is_named_with_the_sets_that_are_here(tmp_path):
+    error = missing_benchmarks(["gsm8k", "simuleq", "sat"], tmp_path)
+    assert str(error) == (
+        f"simuleq (SimulEq) and sat (SAT): {tmp_path}/simuleq/simuleq.json and {tmp_path}/sat/sat.json not found; "
+        "--benchmark-dir must be a folder holding simuleq/simuleq.json and sat/sat.json (the layout is in "
+        "docs/evaluation.md); or run the sets that are here without them: --benchmarks gsm8k"
+    )
+    assert (error.missing, error.available) == (["simuleq", "sat"], ["gsm8k"])
+    assert missing_benchmarks(["gsm8k", "aqua"], None) is None
+    only = missing_benchmarks(["sat"], None)  # nothing here to run instead
+    assert str(only).startswith("sat (SAT) is not shipped") and "or run" not in str(only)
 
 
 def test_a_user_set_in_another_layout_is_a_clear_error(tmp_path):

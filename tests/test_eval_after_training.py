@@ -45,7 +45,9 @@ def test_accepted_values_are_kept(base, tmp_path):
         ({"del_eval_benchmarks": ["gsm8k", 7]}, r"`del_eval_benchmarks` must be `all` or a list"),
         (
             {"del_eval_benchmarks": "all"},
-            r"`del_eval_benchmarks` names simuleq: simuleq \(SimulEq\) is not .*set `del_eval_benchmark_dir: DIR`",
+            r"`del_eval_benchmarks` names sets that are not here: simuleq \(SimulEq\) and sat \(SAT\) are not "
+            r"shipped .*set `del_eval_benchmark_dir` to a folder holding simuleq/simuleq.json and sat/sat.json .*or run "
+            r"the sets that are here without them: `del_eval_benchmarks: \[gsm8k, math, svamp, aqua, mmlu_math\]`",
         ),
         (
             {"del_eval_benchmarks": ["gsm8k"], "del_eval_limit": 0},
@@ -70,7 +72,7 @@ def test_bad_values_are_refused_naming_the_key(base, overrides, message):
 def test_a_set_missing_from_the_folder_is_refused_with_its_path(base, tmp_path):
     (tmp_path / "sat").mkdir()
     message = refused(base(del_eval_benchmarks=["sat"], del_eval_benchmark_dir=str(tmp_path)))
-    assert f"sat (SAT): {tmp_path}/sat/sat.json not found; del_eval_benchmark_dir {tmp_path} must hold" in message
+    assert f"sat (SAT): {tmp_path}/sat/sat.json not found; `del_eval_benchmark_dir` must be a folder hold" in message
     (tmp_path / "sat" / "sat.json").write_text('[{"question": "q?", "answer": "Z"}]')
     message = refused(base(del_eval_benchmarks=["sat"], del_eval_benchmark_dir=str(tmp_path)))
     assert "`del_eval_benchmarks` names sat:" in message and "the answer 'Z' is not a letter A-D" in message

@@ -269,7 +269,7 @@ def test_the_tasks_send_del_eval_runs_prompts(prompt_format, tokenizer, benchmar
 def test_a_missing_set_is_an_error_naming_it_and_nothing_is_written(tmp_path):
     with pytest.raises(FileNotFoundError) as err:
         write_lm_eval_tasks(tmp_path / "tasks", benchmarks="all")
-    assert "simuleq (SimulEq) is not shipped" in str(err.value) and "sat (SAT) is not shipped" in str(err.value)
+    assert "simuleq (SimulEq) and sat (SAT) are not shipped" in str(err.value)
     with pytest.raises(FileNotFoundError, match=rf"sat \(SAT\): {tmp_path}/sat/sat.json not found"):
         write_lm_eval_tasks(tmp_path / "tasks", benchmarks="gsm8k,sat", benchmark_dir=tmp_path)
     assert not (tmp_path / "tasks").exists()

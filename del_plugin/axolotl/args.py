@@ -474,15 +474,21 @@ class DELArgs(CriterionParamArgs):
         names = _eval_names(data.get("del_eval_benchmarks"))
         if not names:
             return  # nothing asked, or names that check_eval_benchmark_names refuses
-        from ..evaluation.benchmarks.sets import BENCHMARKS, benchmark_path, load_benchmark
+        from ..evaluation.benchmarks.sets import BENCHMARKS, load_benchmark, missing_benchmarks
         from ..evaluation.tasks import modified_set_error
 
         directory = data.get("del_eval_benchmark_dir")
+        missing = missing_benchmarks(
+            names,
+            directory,
+            dir_option="`del_eval_benchmark_dir`",
+            run_instead=lambda available: f"`del_eval_benchmarks: [{', '.join(available)}]`",
+        )
+        if missing is not None:
+            _refuse(f"`del_eval_benchmarks` names sets that are not here: {missing}")
         for name in names:
             try:
-                if BENCHMARKS[name].shipped:
-                    benchmark_path(BENCHMARKS[name], directory)
-                else:
+                if not BENCHMARKS[name].shipped:
                     loaded = load_benchmark(name, directory)
                     if not loaded.verified and not data.get("del_eval_allow_modified"):
                         fix = "set `del_eval_allow_modified: true` to score it"

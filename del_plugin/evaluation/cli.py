@@ -5,7 +5,8 @@ benchmarks, and side-by-side comparison of reports.
   del-eval run --model MODEL --benchmarks all --benchmark-dir DIR --out DIR [--program-of-thought]
   del-eval score --benchmark gsm8k --predictions preds.jsonl --out DIR
   del-eval compare DIR_OR_REPORT.json [...] --out DIR [--labels base MLE DEL]
-  del-eval lm-eval-tasks --out TASKS_DIR [--benchmark-dir DIR] [--prompt-format alpaca|chat]
+  del-eval lm-eval-tasks --out TASKS_DIR --benchmark-dir DIR [--prompt-format alpaca|chat]
+  del-eval lm-eval-tasks --out TASKS_DIR --benchmarks gsm8k,math,svamp,aqua,mmlu_math [--prompt-format alpaca|chat]
   del-eval score --lm-eval-samples LM_EVAL_OUT --out DIR
 
 run writes DIR/report.json, report.md, generations.jsonl and plots, and resumes a stopped (or killed) run in the
@@ -24,20 +25,23 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from .benchmarks.program import SandboxUnavailableError
+from .benchmarks.sets import SHIPPED_NAMES
 from .errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
-    EXIT_STATUS_HELP,
     EXIT_UNUSABLE_INPUT,
     EXIT_UNWRITABLE_OUTPUT,
     EXIT_USAGE,
     OutputError,
     UnusableInput,
     UsageError,
+    exit_status_help,
 )
 from .generation import MAX_NEW_TOKENS
 
@@ -59,7 +63,7 @@ _UNSANDBOXED_HELP = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    formatting = {"formatter_class": argparse.RawDescriptionHelpFormatter, "epilog": EXIT_STATUS_HELP}
+    formatting = {"formatter_class": argparse.RawDescriptionHelpFormatter, "epilog": exit_status_help()}
     parser = argparse.ArgumentParser(prog="del-eval", description=__doc__, **formatting)
     commands = parser.add_subparsers(dest="command", required=True, metavar="{run,score,compare,lm-eval-tasks}")
 
@@ -156,20 +160,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     lm_eval_tasks = commands.add_parser(
         "lm-eval-tasks",
+        # the default, all seven sets, needs --benchmark-dir (SimulEq and SAT are not shipped): not optional there
+        usage="del-eval lm-eval-tasks --out TASKS_DIR --benchmark-dir DIR [options]\n"
+        f"       del-eval lm-eval-tasks --out TASKS_DIR --benchmarks {','.join(SHIPPED_NAMES)} [options]",
         help="write the paper's seven sets as lm-evaluation-harness tasks",
         description="Task YAMLs del_gsm8k ... del_mmlu_math and the group del_paper (its acc is mACC), with "
         "del-eval run's prompts, greedy decoding, stop strings and answer readers, reading the same local files. "
         "Run them with: lm_eval --model hf|vllm --model_args pretrained=MODEL --tasks del_paper --include_path DIR "
         "(--apply_chat_template for --prompt-format chat) --log_samples --output_path OUT, then "
         "del-eval score --lm-eval-samples OUT.",
-        **formatting,
+        **(formatting | {"epilog": exit_status_help("lm-eval-tasks")}),
     )
     lm_eval_tasks.add_argument("--out", required=True, help="folder the tasks are written to")
     lm_eval_tasks.add_argument(
         "--benchmarks", default="all", help=f"comma-separated sets, or all (default): {_BENCHMARKS_HELP}"
     )
     lm_eval_tasks.add_argument(
-        "--benchmark-dir", help="folder with simuleq/simuleq.json and sat/sat.json (needed for those two sets)"
+        "--benchmark-dir",
+        help="folder with simuleq/simuleq.json and sat/sat.json (needed for those two sets, so for the default all; "
+        f"without it give --benchmarks {','.join(SHIPPED_NAMES)})",
     )
     lm_eval_tasks.add_argument(
         "--prompt-format",
@@ -192,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Side-by-side tables and plots of several reports. A column is ranked (best in bold) only where "
         "the reports scored the same problems, and mACC only where they average the same sets; otherwise a warning "
         "says why not.",
-        **formatting,
+        **(formatting | {"epilog": exit_status_help("compare")}),
     )
     compare.add_argument("reports", nargs="+", help="report.json files or the folders del-eval run/score wrote")
     compare.add_argument("--out", required=True, help="output folder")
@@ -200,11 +209,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _with_benchmarks(argv: Sequence[str], names: Sequence[str]) -> str:
+    """The command line ``argv`` (del-eval's arguments) with ``--benchmarks`` set to ``names``, for the user to
+    copy."""
+    argv, value = list(argv), ",".join(names)
+    for i, arg in enumerate(argv):
+        if arg == "--benchmarks" and i + 1 < len(argv):
+            argv[i + 1] = value
+            break
+        if arg.startswith("--benchmarks="):
+            argv[i] = f"--benchmarks={value}"
+            break
+    else:
+        argv += ["--benchmarks", value]
+    return shlex.join(["del-eval", *argv])
+
+
+def _refuse_missing_benchmarks(args: argparse.Namespace, benchmarks: str) -> None:
+    """Every set asked for that is not here (SimulEq and SAT without --benchmark-dir), named at once with the
+    command that runs the others, before anything is read or loaded."""
+    from .benchmarks.sets import missing_benchmarks, resolve_benchmark_names
+
+    names = resolve_benchmark_names(benchmarks)
+    missing = missing_benchmarks(names, args.benchmark_dir, run_instead=lambda ok: _with_benchmarks(args.argv, ok))
+    if missing is not None:
+        raise missing
+
+
 def _run(args: argparse.Namespace) -> int:
     from .runner import EvalSettings, evaluate
 
     if not args.data and not args.benchmarks:
         raise UsageError("nothing to evaluate: give --data files and/or --benchmarks (e.g. --benchmarks all)")
+    if args.benchmarks:
+        _refuse_missing_benchmarks(args, args.benchmarks)
     try:
         settings = EvalSettings(
             batch_size=args.batch_size,
@@ -290,6 +328,7 @@ def _score(args: argparse.Namespace) -> int:
 def _lm_eval_tasks(args: argparse.Namespace) -> int:
     from .lm_eval_tasks import GROUP, write_lm_eval_tasks
 
+    _refuse_missing_benchmarks(args, args.benchmarks)
     written = write_lm_eval_tasks(
         args.out,
         benchmarks=args.benchmarks,
@@ -314,6 +353,8 @@ def _lm_eval_tasks(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from .report import compare_reports, load_report
 
+    if args.labels and len(args.labels) != len(args.reports):
+        raise UsageError(f"--labels gives {len(args.labels)} labels for {len(args.reports)} reports: give one per report")
     reports = [load_report(p) for p in args.reports]
     written = compare_reports(reports, Path(args.out), args.labels)
     print(written["markdown"].read_text(encoding="utf-8"))
@@ -353,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from .report import require_eval_extra
 
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # to write back a corrected command
     try:
         require_eval_extra()  # before any work: not at the plot after an hour of generation
     except ImportError as err:

@@ -21,6 +21,7 @@ __all__ = [
     "EXIT_UNWRITABLE_OUTPUT",
     "EXIT_USAGE",
     "OutputError",
+    "exit_status_help",
     "UnusableInput",
     "UsageError",
     "decode_text",
@@ -63,10 +64,49 @@ EXIT_STATUSES = (
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C); the partial report is saved and the same command resumes it"),
     (EXIT_TERMINATED, "stopped by SIGTERM (kill, a job scheduler); the same as 130"),
 )
-EXIT_STATUS_HELP = "exit status:\n" + "\n".join(
-    textwrap.fill(text, 79, initial_indent=f"  {status:<4} ", subsequent_indent=" " * 7)
-    for status, text in EXIT_STATUSES
-)
+# lm-eval-tasks and compare write their files in one go from files already on disk: no model, no program, no
+# partial report to resume
+_WRITER_STATUSES = {
+    "lm-eval-tasks": (
+        (EXIT_OK, "done: the tasks are written"),
+        (EXIT_RUN_FAILED, "stopped on an unexpected error (the traceback says where)"),
+        (EXIT_USAGE, "the command line is wrong (an unknown option, a missing one)"),
+        (
+            EXIT_UNUSABLE_INPUT,
+            "a set cannot be used, and nothing was written: a set that is missing (SimulEq and SAT are read from "
+            "--benchmark-dir) or unreadable, a SimulEq or SAT file that is not the authors' (without "
+            "--allow-modified), a missing package",
+        ),
+        (EXIT_UNWRITABLE_OUTPUT, "--out cannot be written: a file, under a file, a folder you cannot write, a full disk"),
+        (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+        (EXIT_TERMINATED, "stopped by SIGTERM (kill, a job scheduler)"),
+    ),
+    "compare": (
+        (EXIT_OK, "done: the comparison is written"),
+        (EXIT_RUN_FAILED, "stopped on an unexpected error (the traceback says where)"),
+        (EXIT_USAGE, "the command line is wrong (an unknown option, a missing one, --labels not one per report)"),
+        (
+            EXIT_UNUSABLE_INPUT,
+            "a report cannot be used, and nothing was written: missing, unreadable, not UTF-8, not a del-eval "
+            "report; a missing package",
+        ),
+        (EXIT_UNWRITABLE_OUTPUT, "--out cannot be written: a file, under a file, a folder you cannot write, a full disk"),
+        (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+        (EXIT_TERMINATED, "stopped by SIGTERM (kill, a job scheduler)"),
+    ),
+}
+
+
+def exit_status_help(command: str | None = None) -> str:
+    """The "exit status:" epilog of ``del-eval`` and of its ``command``: run and score (:data:`EXIT_STATUSES`),
+    lm-eval-tasks and compare (their own: nothing of a model, a sandbox or a resumed report)."""
+    statuses = _WRITER_STATUSES.get(command, EXIT_STATUSES)
+    return "exit status:\n" + "\n".join(
+        textwrap.fill(text, 79, initial_indent=f"  {status:<4} ", subsequent_indent=" " * 7) for status, text in statuses
+    )
+
+
+EXIT_STATUS_HELP = exit_status_help()
 
 
 class UsageError(ValueError):

@@ -36,8 +36,8 @@ from .benchmarks.sets import (
     BENCHMARK_NAMES,
     BENCHMARKS,
     BenchmarkSet,
-    benchmark_path,
     load_benchmark,
+    missing_benchmarks,
     resolve_benchmark_names,
 )
 from .generation import ALPACA_PROMPT, MAX_NEW_TOKENS, STOP_STRINGS
@@ -237,14 +237,9 @@ def write_lm_eval_tasks(
         raise ValueError(f"--max-new-tokens must be an integer >= 1, got {max_new_tokens!r}")
     names = resolve_benchmark_names(benchmarks)
     # every path first, so that all missing sets are named at once, then every file read and checked
-    missing = []
-    for name in names:
-        try:
-            benchmark_path(BENCHMARKS[name], benchmark_dir)
-        except FileNotFoundError as err:
-            missing.append(str(err))
-    if missing:
-        raise FileNotFoundError("\n".join(missing))
+    missing = missing_benchmarks(names, benchmark_dir)
+    if missing is not None:
+        raise missing
     directory = None if benchmark_dir is None else str(Path(benchmark_dir).resolve())
     loaded = [load_benchmark(name, directory) for name in names]
     for bench in loaded:

@@ -12,7 +12,14 @@ from pathlib import Path
 
 from .answers import extract_answer, is_correct, to_float
 from .benchmarks.readers import Verdict, canonical_number
-from .benchmarks.sets import PROGRAM_SUFFIX, Benchmark, Problem, load_benchmark, resolve_benchmark_names
+from .benchmarks.sets import (
+    PROGRAM_SUFFIX,
+    Benchmark,
+    Problem,
+    load_benchmark,
+    missing_benchmarks,
+    resolve_benchmark_names,
+)
 from .data import DataIssue, check_files_exist, read_eval_set
 from .errors import UnusableInput
 
@@ -146,6 +153,9 @@ def plan_tasks(
     if not names and not data:
         raise ValueError("nothing to evaluate: give --data files and/or --benchmarks")
     check_files_exist(list(data))
+    missing = missing_benchmarks(names, benchmark_dir)
+    if missing is not None:
+        raise missing
     tasks = [benchmark_task(n, benchmark_dir, limit) for n in names]
     refuse_modified_sets(tasks, allow_modified)
     tasks += [data_file_task(p, n, limit) for p, n in zip(data, _unique_names(data, set(names)))]

@@ -32,10 +32,13 @@ __all__ = [
     "CHOICE_RESPONSE_PREFIX",
     "DATA_DIR",
     "PROGRAM_SUFFIX",
+    "SHIPPED_NAMES",
     "Benchmark",
     "BenchmarkSet",
+    "MissingBenchmarksError",
     "Problem",
     "load_benchmark",
+    "missing_benchmarks",
     "resolve_benchmark_names",
 ]
 
@@ -302,6 +305,8 @@ BENCHMARKS: dict[str, Benchmark] = {
 }
 # the paper's column order
 BENCHMARK_NAMES: tuple[str, ...] = tuple(BENCHMARKS)
+# the sets in the package (gsm8k, math, svamp, aqua, mmlu_math): what runs without --benchmark-dir
+SHIPPED_NAMES: tuple[str, ...] = tuple(n for n, b in BENCHMARKS.items() if b.shipped)
 
 
 def resolve_benchmark_names(names: str | Sequence[str]) -> list[str]:
@@ -365,6 +370,63 @@ def benchmark_path(benchmark: Benchmark, benchmark_dir: str | Path | None) -> Pa
             f"{needed} (the layout is in docs/evaluation.md)"
         )
     return path
+
+
+class MissingBenchmarksError(FileNotFoundError):
+    """Sets asked for whose files are not here, all named in one message, with the fix and how to run the sets
+    that are (``available``, in the paper's order)."""
+
+    def __init__(self, message: str, missing: Sequence[str], available: Sequence[str]):
+        super().__init__(message)
+        self.missing = list(missing)
+        self.available = list(available)
+
+
+def _listed(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def missing_benchmarks(
+    names: Sequence[str],
+    benchmark_dir: str | Path | None,
+    *,
+    dir_option: str = "--benchmark-dir",
+    run_instead: Callable[[list[str]], str] = lambda names: "--benchmarks " + ",".join(names),
+) -> MissingBenchmarksError | None:
+    """The error for every set of ``names`` whose file is not here (None when all are), naming each one, the
+    fix (``dir_option``, how a caller names the folder of SimulEq and SAT) and ``run_instead(the sets that are
+    here)``, how to run those alone: checked before anything is read, so that one attempt names every set."""
+    unshipped, damaged, available = [], [], []
+    for name in names:
+        benchmark = BENCHMARKS[name]
+        try:
+            benchmark_path(benchmark, benchmark_dir)
+        except FileNotFoundError as err:
+            (damaged if benchmark.shipped else unshipped).append((benchmark, str(err)))
+        else:
+            available.append(name)
+    if not (unshipped or damaged):
+        return None
+    parts = [message for _, message in damaged]
+    if unshipped:
+        sets = _listed([f"{b.name} ({b.title})" for b, _ in unshipped])
+        files = _listed([b.relative_path() for b, _ in unshipped])
+        if benchmark_dir is None:
+            verb = "is" if len(unshipped) == 1 else "are"
+            parts.append(
+                f"{sets} {verb} not shipped with del-plugin (no licence could be checked): set {dir_option} to a "
+                f"folder holding {files} (the layout is in docs/evaluation.md)"
+            )
+        else:
+            looked = _listed([str(Path(benchmark_dir) / b.relative_path()) for b, _ in unshipped])
+            parts.append(
+                f"{sets}: {looked} not found; {dir_option} must be a folder holding {files} (the layout is in "
+                "docs/evaluation.md)"
+            )
+    if available:
+        parts.append(f"or run the sets that are here without them: {run_instead(available)}")
+    missing = [b.name for b, _ in damaged + unshipped]
+    return MissingBenchmarksError("; ".join(parts), missing, available)
 
 
 def load_benchmark(name: str, benchmark_dir: str | Path | None = None, limit: int | None = None) -> BenchmarkSet:

@@ -46,8 +46,9 @@ def test_accepted_values_are_kept(base, tmp_path):
         (
             {"del_eval_benchmarks": "all"},
             r"`del_eval_benchmarks` names sets that are not here: simuleq \(SimulEq\) and sat \(SAT\) are not "
-            r"shipped .*set `del_eval_benchmark_dir` to a folder holding simuleq/simuleq.json and sat/sat.json .*or run "
-            r"the sets that are here without them: `del_eval_benchmarks: \[gsm8k, math, svamp, aqua, mmlu_math\]`",
+            r"shipped .*set `del_eval_benchmark_dir` to a folder holding simuleq/simuleq.json and sat/sat.json .*"
+            r"or run the sets that are here without them: "
+            r"`del_eval_benchmarks: \[gsm8k, math, svamp, aqua, mmlu_math\]`",
         ),
         (
             {"del_eval_benchmarks": ["gsm8k"], "del_eval_limit": 0},

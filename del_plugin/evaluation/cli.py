@@ -354,7 +354,9 @@ def _compare(args: argparse.Namespace) -> int:
     from .report import compare_reports, load_report
 
     if args.labels and len(args.labels) != len(args.reports):
-        raise UsageError(f"--labels gives {len(args.labels)} labels for {len(args.reports)} reports: give one per report")
+        raise UsageError(
+            f"--labels gives {len(args.labels)} labels for {len(args.reports)} reports: give one per report"
+        )
     reports = [load_report(p) for p in args.reports]
     written = compare_reports(reports, Path(args.out), args.labels)
     print(written["markdown"].read_text(encoding="utf-8"))

@@ -66,6 +66,7 @@ EXIT_STATUSES = (
 )
 # lm-eval-tasks and compare write their files in one go from files already on disk: no model, no program, no
 # partial report to resume
+_OUT_UNWRITABLE = "--out cannot be written: a file, under a file, a folder you cannot write, a full disk"
 _WRITER_STATUSES = {
     "lm-eval-tasks": (
         (EXIT_OK, "done: the tasks are written"),
@@ -77,7 +78,7 @@ _WRITER_STATUSES = {
             "--benchmark-dir) or unreadable, a SimulEq or SAT file that is not the authors' (without "
             "--allow-modified), a missing package",
         ),
-        (EXIT_UNWRITABLE_OUTPUT, "--out cannot be written: a file, under a file, a folder you cannot write, a full disk"),
+        (EXIT_UNWRITABLE_OUTPUT, _OUT_UNWRITABLE),
         (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
         (EXIT_TERMINATED, "stopped by SIGTERM (kill, a job scheduler)"),
     ),
@@ -90,7 +91,7 @@ _WRITER_STATUSES = {
             "a report cannot be used, and nothing was written: missing, unreadable, not UTF-8, not a del-eval "
             "report; a missing package",
         ),
-        (EXIT_UNWRITABLE_OUTPUT, "--out cannot be written: a file, under a file, a folder you cannot write, a full disk"),
+        (EXIT_UNWRITABLE_OUTPUT, _OUT_UNWRITABLE),
         (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
         (EXIT_TERMINATED, "stopped by SIGTERM (kill, a job scheduler)"),
     ),
@@ -102,7 +103,8 @@ def exit_status_help(command: str | None = None) -> str:
     lm-eval-tasks and compare (their own: nothing of a model, a sandbox or a resumed report)."""
     statuses = _WRITER_STATUSES.get(command, EXIT_STATUSES)
     return "exit status:\n" + "\n".join(
-        textwrap.fill(text, 79, initial_indent=f"  {status:<4} ", subsequent_indent=" " * 7) for status, text in statuses
+        textwrap.fill(text, 79, initial_indent=f"  {status:<4} ", subsequent_indent=" " * 7)
+        for status, text in statuses
     )
 
 

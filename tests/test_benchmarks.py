@@ -34,7 +34,7 @@ from del_plugin.evaluation.benchmarks.program import (
     program_sandbox,
     run_program,
 )
-from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, canonical_number
+from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, Verdict, canonical_number
 from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, DATA_DIR, missing_benchmarks
 from del_plugin.evaluation.report import load_report, macc
 from del_plugin.evaluation.score import read_predictions, score_predictions
@@ -325,6 +325,50 @@ def test_option_letters(output, reference, prediction, correct, defaulted):
     verdict = score_choice(output, reference, "ABCDE")
     assert (verdict.prediction, verdict.correct, verdict.defaulted) == (prediction, correct, defaulted)
     assert verdict.correct_without_default is (correct and not defaulted)
+
+
+# (output, the letter read; None: no letter), worked out by hand from the rule for a capital with a word after it
+PHRASE_OR_LETTER = [
+    ("A car is being driven towards a tower.", None),  # the article
+    ("A and B can do a piece of work in 10 days", None),  # people named A and B
+    ("A: The original price of the item", None),  # a speaker's label, a sentence after it
+    ("A: 35", "A"),  # a number after the colon: a letter
+    ("A) 5(√3 + 1)", "A"),
+    ("(A) the first option", "A"),  # in parentheses, whatever follows
+    ("Option B is the one.", "B"),  # an option word right before it
+    ("So the correct answer is B because 2x = 10", "B"),  # "answer is" right before it
+    ("Answer: C since the others fail", "C"),
+    ("B is correct.", "B"),  # "is correct" after it
+    ("A is wrong, so D", "D"),  # "A is wrong": a word of the sentence; D the last letter
+    ("So D.\nA check: 2 * 5 = 10", "D"),  # "A check" is the article; the last letter is D
+    ("The answer is a total of 35 dollars", None),  # after the marker, a small letter with a word after it
+    ("The answer is a.", "A"),
+    ("The answer is B because 2x = 10", "B"),  # after the marker, a capital is the answer
+]
+
+
+@pytest.mark.parametrize("benchmark", ["aqua", "sat", "mmlu_math"])
+@pytest.mark.parametrize(("output", "letter"), PHRASE_OR_LETTER)
+def test_a_capital_with_a_word_after_it_is_read_alike_in_the_three_option_sets(benchmark, output, letter):
+    for reference in BENCHMARKS[benchmark].letters:
+        verdict = BENCHMARKS[benchmark].score(output, reference)
+        assert (verdict.prediction, verdict.defaulted) == (letter, letter is None)
+        assert verdict.correct is (reference == (letter or "A"))
+
+
+def test_echoed_aqua_questions_are_no_answer():
+    """AQuA problems 0 (reference A) and 1 (reference E): a model that echoes the question ("A car is being
+    driven ...") or labels its reply "A:" gives no option letter, so the harness's default A scores it: right for
+    problem 0 only by that default, wrong for problem 1; neither counts without the default."""
+    first, second = load_benchmark("aqua", limit=2).problems
+    echo = first.question.split("\nAnswer Choices")[0]
+    assert echo.startswith("A car is being driven")
+    assert score_choice(echo, first.reference, "ABCDE") == Verdict(None, True, None, True, False)
+    labelled = "A: " + second.question.split("\nAnswer Choices")[0]  # "A: The original price ... A customer buys"
+    assert score_choice(labelled, second.reference, "ABCDE") == Verdict(None, False, None, True, False)
+    # the same outputs with an answer: read as written
+    assert score_choice(echo + " The answer is (A).", first.reference, "ABCDE").correct_without_default is True
+    assert score_choice(labelled + "\nThe answer is E", second.reference, "ABCDE").correct is True
 
 
 # ---------------------------------------------------------------------------------------------- del-eval score

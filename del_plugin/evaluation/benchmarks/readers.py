@@ -13,7 +13,10 @@ colon; GSM8K also "####"). When there is no such marker the whole output is sear
 * **Option letters** (AQuA, SAT, MMLU-math; :func:`score_choice`): the first option letter after the marker, or the
   last one in the output without one. An option letter stands alone: a capital of the set's options (``B``,
   ``(B)``, ``B)``), a small one in parentheses (``(b)``), or a small one as the first word after the marker
-  ("The answer is: d"). With no letter the paper's harness answers ``A``: the
+  ("The answer is: d", not "The answer is a total of 35"). A bare capital with a word after it on its line is a
+  word of the sentence, not a letter ("A car is ...", "A and B can ...", "A: The original price ..."), unless an
+  option word comes right before it ("option B is ...", "answer: A since ...", the marker) or "is correct" after
+  it ("B is correct"). With no letter the paper's harness answers ``A``: the
   verdict is then ``defaulted`` and counts as correct when the reference is ``A``; ``correct_without_default`` is
   the verdict without that default.
 
@@ -138,14 +141,38 @@ def _choice_pattern(letters: str) -> re.Pattern:
     return re.compile(rf"(?<![A-Za-z0-9])(?:([{capitals}])|\(([{small}])\))(?![A-Za-z0-9])")
 
 
+# A bare letter with a word after it on the same line (an optional colon between) is a word of a sentence: the
+# article ("A car is ..."), a person ("A and B can ..."), a speaker's label ("A: The original price ..."); unless
+# an option word comes right before it ("option B is correct", "the answer: A since ...") or "is correct" after it.
+_WORD_AFTER = re.compile(r":?[ \t]+[A-Za-z]")
+_CORRECT_AFTER = re.compile(r"[ \t]+is[ \t]+(?:the[ \t]+)?(?:correct|right|answer)\b", re.IGNORECASE)
+_OPTION_WORD_BEFORE = re.compile(r"\b(?:option|choice|answer)s?(?:[ \t]+is)?[ \t]*:?[ \t]*$", re.IGNORECASE)
+_LOOK_BEHIND = 24  # characters: enough for "answer is: ", so that each letter costs a bounded look
+
+
+def _opens_a_phrase(text: str, start: int, end: int) -> bool:
+    """Whether the bare letter ``text[start:end]`` is a word of a sentence, not an option letter (see above)."""
+    if not _WORD_AFTER.match(text, end) or _CORRECT_AFTER.match(text, end):
+        return False
+    return _OPTION_WORD_BEFORE.search(text[max(0, start - _LOOK_BEHIND) : start]) is None
+
+
 def read_choice(output: str, letters: str) -> str | None:
     """The option letter of ``output`` among ``letters`` (e.g. ``"ABCDE"``; see the module docs), or None."""
     tail, marked = after_last_marker(output, (ANSWER_MARKER, "####"))
     if marked:
-        first_word = re.match(rf"[\s:]*\(?([{re.escape(letters)}])\)?(?![A-Za-z0-9])", tail, re.IGNORECASE)
-        if first_word is not None:
-            return first_word[1].upper()
-    found = [(m[1] or m[2]).upper() for m in _choice_pattern(letters).finditer(tail)]
+        first_word = re.match(rf"[\s:]*(\(?)([{re.escape(letters)}])\)?(?![A-Za-z0-9])", tail, re.IGNORECASE)
+        # right after the marker a capital is the answer ("The answer is B because ..."); a small letter with a word
+        # after it is the article ("The answer is a total of 35")
+        if first_word is not None and (
+            first_word[2].isupper() or first_word[1] or not _WORD_AFTER.match(tail, first_word.end())
+        ):
+            return first_word[2].upper()
+    found = [
+        (m[1] or m[2]).upper()
+        for m in _choice_pattern(letters).finditer(tail)
+        if not (m[1] and _opens_a_phrase(tail, m.start(), m.end()))
+    ]
     if not found:
         return None
     return found[0] if marked else found[-1]

@@ -373,6 +373,71 @@ def test_missing_file_is_an_error_before_any_model_is_loaded(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    "lines, first_bad",
+    [
+        (
+            [{"input": "What is 2+3?", "output": "5"}, {"question": "What is 2+3?"}],
+            ":1: missing key(s) question, answer",
+        ),
+        ([{"messages": [{"role": "user", "content": "What is 2+3?"}]}], ":1: `messages` has no assistant turn"),
+        ([], None),  # an empty file
+    ],
+)
+def test_a_data_file_without_a_usable_line_is_refused_before_the_model_loads(
+    lines, first_bad, tmp_path, capsys, monkeypatch
+):
+    from del_plugin.evaluation import generation
+
+    def no_model(*_args, **_kwargs):
+        raise AssertionError("the model was looked for before the data file was checked")
+
+    for looks_for_the_model in ("check_model_source", "load_model"):
+        monkeypatch.setattr(generation, looks_for_the_model, no_model)
+    path = tmp_path / "unusable.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    command = ["run", "--model", "any", "--data", str(path), "--out", str(tmp_path / "out")]
+    assert cli.main(command) == 3
+    error = capsys.readouterr().err
+    assert error.startswith(f"del-eval: error: {path}: ")
+    assert "`question` and `answer`" in error and "chat `messages`" in error  # the keys expected
+    if first_bad:
+        assert f"the first bad one, {path}{first_bad}" in error
+    else:
+        assert "the file is empty" in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_chat_lines_are_read_the_last_assistant_turn_as_the_answer(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    rows = [
+        {
+            "messages": [
+                {"role": "system", "content": "You are a careful tutor."},
+                {"role": "user", "content": "A pen costs $2."},
+                {"role": "assistant", "content": "Noted."},
+                {"role": "user", "content": [{"type": "text", "text": "How much are 3 pens?"}]},
+                {"role": "assistant", "content": "3 * 2 = 6\n#### 6"},
+            ]
+        },
+        {"messages": [{"role": "user", "content": "Half of 5?"}, {"role": "assistant", "content": "2.5"}]},
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]},
+        {"messages": "What is 1+1?"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    eval_set = read_eval_set(path)
+    first, second = eval_set.examples
+    # the user turns before the last assistant turn, the system turn left out
+    assert first.question == "A pen costs $2.\n\nHow much are 3 pens?"
+    assert (first.solution, first.reference, first.format) == ("3 * 2 = 6\n#### 6", D(6), "chat")
+    assert (second.question, second.reference) == ("Half of 5?", D("2.5"))
+    reasons = [(i.line, i.reason) for i in eval_set.issues]
+    assert reasons == [
+        (3, "no number in `answer` ('Hello!')"),
+        (4, '`messages` must be a list of {"role", "content"} turns'),
+    ]
+
+
 def test_load_report_refuses_other_json(tmp_path):
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"schema": "something else"}))

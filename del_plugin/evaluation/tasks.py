@@ -20,7 +20,7 @@ from .benchmarks.sets import (
     missing_benchmarks,
     resolve_benchmark_names,
 )
-from .data import DataIssue, check_files_exist, read_eval_set
+from .data import DataIssue, check_files_exist, read_eval_set, require_problems
 from .errors import UnusableInput
 
 __all__ = [
@@ -94,6 +94,7 @@ class EvalTask:
 def data_file_task(path: str | Path, name: str, limit: int | None) -> EvalTask:
     """A ``--data`` JSONL file (:mod:`.data`): problem ids are the 0-based line indices."""
     eval_set = read_eval_set(path, limit, name)
+    require_problems(eval_set)
     problems = [Problem(e.line - 1, e.question, canonical_number(e.reference), e.solution) for e in eval_set.examples]
     return EvalTask(
         name=name,

@@ -204,6 +204,47 @@ def test_samples_of_two_models_are_not_scored_into_one_report(lm_eval_run, tmp_p
     )
 
 
+@pytest.mark.parametrize(
+    "model_args, name, base, adapter",
+    [
+        (
+            "pretrained=/models/SmolLM2,peft=outputs/my-del/sweep0001,dtype=float32",
+            "sweep0001",
+            "/models/SmolLM2",
+            "outputs/my-del/sweep0001",
+        ),
+        (
+            {"pretrained": "/models/SmolLM2", "peft": "outputs/my-del/sweep0002"},
+            "sweep0002",
+            "/models/SmolLM2",
+            "outputs/my-del/sweep0002",
+        ),
+        ({"pretrained": "/models/SmolLM2", "lora_local_path": "/lora/del"}, "del", "/models/SmolLM2", "/lora/del"),
+        ("pretrained=/models/merged-del,dtype=bfloat16", "merged-del", "/models/merged-del", None),
+    ],
+)
+def test_a_report_from_samples_is_named_after_the_adapter_lm_eval_ran(model_args, name, base, adapter, tmp_path):
+    """Samples written here in lm-eval's layout (two SVAMP problems, the run's model_args as a string, lm-eval's
+    older form, or a dict): the report's model and name are lm-eval's model and adapter, as del-eval run's are."""
+    folder = tmp_path / "lm-eval-out" / "model"
+    folder.mkdir(parents=True)
+    date = "2026-01-01T00-00-00.000000"
+    problems = load_benchmark("svamp", limit=2).problems
+    rows = [
+        {"doc_id": p.id, "doc": {"id": p.id, "question": p.question, "reference": p.reference}, "resps": [["7"]]}
+        for p in problems
+    ]
+    (folder / f"samples_del_svamp_{date}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    results = {"config": {"model": "hf", "model_args": model_args}, "configs": {"del_svamp": {}}}
+    (folder / f"results_{date}.json").write_text(json.dumps(results))
+    assert cli.main(["score", "--lm-eval-samples", str(tmp_path / "lm-eval-out"), "--out", str(tmp_path / "r")]) == 0
+    report = load_report(tmp_path / "r")
+    assert report["name"] == name
+    assert (report["model"]["path"], report["model"]["adapter"]) == (base, adapter)
+    shown = f"`{base} + adapter {adapter}`" if adapter else f"`{base}`"
+    assert f"(generations of {shown} made elsewhere)" in (tmp_path / "r" / "report.md").read_text()
+
+
 def test_samples_of_another_file_and_prompts_of_another_format_are_caught(lm_eval_run, benchmark_dir, tmp_path):
     _, out, _ = lm_eval_run
     (samples,) = out.rglob("samples_del_svamp_*.jsonl")

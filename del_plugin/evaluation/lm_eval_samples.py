@@ -34,7 +34,14 @@ from .tasks import EvalTask, benchmark_task, refuse_modified_sets
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["LM_EVAL_GSM8K_TASKS", "LmEvalSet", "find_lm_eval_samples", "read_lm_eval_samples", "score_lm_eval_samples"]
+__all__ = [
+    "LM_EVAL_GSM8K_TASKS",
+    "LmEvalSet",
+    "find_lm_eval_samples",
+    "model_of_run",
+    "read_lm_eval_samples",
+    "score_lm_eval_samples",
+]
 
 # lm-eval's tasks whose docs are GSM8K's test set, one generation per doc
 LM_EVAL_GSM8K_TASKS = ("gsm8k", "gsm8k_cot", "gsm8k_cot_zeroshot", "gsm8k_cot_llama")
@@ -109,6 +116,19 @@ def _results_of(samples: Path, task: str) -> tuple[dict, dict]:
         "lm_eval_version": results.get("lm_eval_version"),
     }
     return (results.get("configs") or {}).get(task) or {}, run
+
+
+# where lm-eval's model_args name a LoRA adapter: the hf backend's peft, the vllm backend's lora_local_path
+_ADAPTER_ARGS = ("peft", "lora_local_path")
+
+
+def model_of_run(model_args: dict | None) -> tuple[str | None, str | None]:
+    """``(base model, adapter)`` of an lm-eval run, from its ``model_args`` (``pretrained=``, ``peft=``), either
+    None where not given."""
+    model_args = model_args if isinstance(model_args, dict) else {}
+    base = model_args.get("pretrained")
+    adapter = next((model_args[k] for k in _ADAPTER_ARGS if model_args.get(k)), None)
+    return (None if base is None else str(base)), (None if adapter is None else str(adapter))
 
 
 def _read_lines(path: Path) -> list[dict]:
@@ -267,7 +287,7 @@ def score_lm_eval_samples(
     metadata = [(s.config.get("metadata") or {}) for s in found]
     formats = {m.get("prompt_format") for m in metadata if m.get("prompt_format")}
     new_tokens = {m.get("max_new_tokens") for m in metadata if m.get("max_new_tokens")}
-    model_args = first.run.get("model_args") or {}
+    base, adapter = model_of_run(first.run.get("model_args"))
     settings = {
         "limit": None,
         "program_of_thought": False,
@@ -282,8 +302,9 @@ def score_lm_eval_samples(
     report = RunReport.open(
         Path(out_dir),
         command="score",
-        name=name or Path(str(model_args.get("pretrained") or folder)).name,
-        model={"path": model_args.get("pretrained"), "predictions": str(folder)},
+        # named as del-eval run names a model: after the adapter, else the model (the twins of a sweep differ)
+        name=name or Path(adapter or base or str(folder)).name,
+        model={"path": base, "adapter": adapter, "predictions": str(folder)},
         settings=settings,
         resume_key={"lm_eval_samples": {s.task: str(s.path) for s in found}},
         tasks=tasks,

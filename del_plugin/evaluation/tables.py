@@ -201,11 +201,12 @@ def _sandbox_clause(settings: dict) -> str:
 def _model_line(report: dict) -> str:
     model = report.get("model") or {}
     settings = report.get("settings") or {}
-    if report.get("command") == "score":
-        return f"Scored from `{model.get('predictions')}` (generations made elsewhere).{_sandbox_clause(settings)}"
     what = (model.get("base") or model.get("path") or "?") + (
         f" + adapter {model['adapter']}" if model.get("adapter") else ""
     )
+    if report.get("command") == "score":
+        made = f"generations of `{what}` made elsewhere" if model.get("path") else "generations made elsewhere"
+        return f"Scored from `{model.get('predictions')}` ({made}).{_sandbox_clause(settings)}"
     source = f" ({model['prompt_format_source']})" if model.get("prompt_format_source") else ""
     pot = "; program-of-thought, chain-of-thought fallback" if settings.get("program_of_thought") else ""
     return (

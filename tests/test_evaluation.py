@@ -836,6 +836,36 @@ def test_a_failing_plot_never_leaves_a_running_report(digit_model, eval_file, tm
     assert "no usable backend" in (out / "report.md").read_text()
 
 
+def test_benchmark_reports_show_the_teacher_forced_digit_metrics(digit_model, tmp_path):
+    from del_plugin.evaluation.report import compare_reports
+    from del_plugin.evaluation.runner import EvalSettings, evaluate
+
+    settings = EvalSettings(max_new_tokens=2, limit=2)
+    report = evaluate(digit_model, out_dir=tmp_path / "run", benchmarks="gsm8k,svamp", settings=settings)
+    gsm8k, svamp = report["datasets"]
+    assert gsm8k["teacher_forced"]["digits"] > 0 and svamp["teacher_forced"] is None  # SVAMP has no solutions
+    tf = gsm8k["teacher_forced"]
+    row = f"| GSM8K | {tf['digits']} | {100 * tf['digit_accuracy']:.1f}% | {tf['mean_entropy']:.3f} |"
+    markdown = (tmp_path / "run" / "report.md").read_text()
+    assert "### Teacher-forced digit metrics" in markdown and row in markdown
+    assert "SVAMP: no solutions to score" in markdown and "| SVAMP |" not in markdown.split("### Teacher-forced")[1]
+    assert "Per-place teacher-forced digit accuracy" in markdown
+    # a second model's report, its GSM8K numbers written by hand: 6 of 8 digits right, mean entropy 0.25 nats
+    other = json.loads(json.dumps(report)) | {"name": "other"}
+    places = {"1": {"n": 4, "correct": 2, "accuracy": 0.5}, "0": {"n": 4, "correct": 4, "accuracy": 1.0}}
+    other["datasets"][0]["teacher_forced"] = tf | {
+        "digits": 8,
+        "correct": 6,
+        "digit_accuracy": 0.75,
+        "mean_entropy": 0.25,
+        "places": places,
+    }
+    written = compare_reports([report, other], tmp_path / "compare", ["base", "other"])
+    comparison = written["markdown"].read_text().split("## The paper's benchmarks: teacher-forced digit metrics")[1]
+    assert row.replace("| GSM8K |", "| base |") in comparison and "| other | 8 | 75.0% | 0.250 |" in comparison
+    assert "| other | 50.0% | 100.0% |" in comparison  # per place: tens, units
+
+
 AXOLOTL_CARD = """---
 library_name: peft
 ---

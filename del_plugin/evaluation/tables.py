@@ -188,6 +188,62 @@ def _benchmark_section(report: dict) -> list[str]:
     return lines + _program_lines(entries)
 
 
+# ------------------------------------------------------------------------------ benchmarks, teacher-forced
+
+_TF_COLUMNS = ("digits", "TF digit accuracy", "TF digit entropy (nats)")
+
+
+def _paper_order(entry: dict) -> int:
+    return BENCHMARK_NAMES.index(entry["benchmark"])
+
+
+def _teacher_forced_note(entries: Sequence[dict]) -> str:
+    without = sorted({e["benchmark"] for e in entries if not _has_teacher_forced(e)}, key=BENCHMARK_NAMES.index)
+    none = f"; {', '.join(BENCHMARKS[n].title for n in without)}: no solutions to score" if without else ""
+    return f"TF = teacher-forced on the sets' reference solutions (digit targets only){none}."
+
+
+def _has_teacher_forced(entry: dict) -> bool:
+    return bool((entry.get("teacher_forced") or {}).get("digits"))
+
+
+def _teacher_forced_cells(entry: dict) -> list[str]:
+    tf = entry.get("teacher_forced") or {}
+    return [fmt(tf.get("digits"), "int"), fmt(tf.get("digit_accuracy"), "pct"), fmt(tf.get("mean_entropy"))]
+
+
+def _teacher_forced_place_table(entries: Sequence[tuple[str, dict]], first_column: str) -> list[str]:
+    header, rows = _place_rows(entries, "teacher_forced", "places")
+    return ["", "Per-place teacher-forced digit accuracy:", ""] + _table([first_column] + header, rows) if rows else []
+
+
+def _benchmark_teacher_forced_section(report: dict) -> list[str]:
+    """report.md: the teacher-forced digit accuracy and entropy of the benchmarks scored on their solutions."""
+    benchmarks = sorted((e for e in report["datasets"] if e.get("benchmark")), key=_paper_order)
+    entries = [(benchmark_title(e), e) for e in benchmarks if _has_teacher_forced(e)]
+    if not entries:
+        return []
+    rows = [[label] + _teacher_forced_cells(e) for label, e in entries]
+    lines = ["", "### Teacher-forced digit metrics", ""] + _table(["set", *_TF_COLUMNS], rows)
+    return lines + ["", _teacher_forced_note(benchmarks)] + _teacher_forced_place_table(entries, "set")
+
+
+def _benchmark_teacher_forced_comparison(reports: Sequence[dict], labels: Sequence[str]) -> list[str]:
+    """comparison.md: per benchmark, each model's teacher-forced digit accuracy and entropy."""
+    lines: list[str] = []
+    every = dataset_entries(reports, labels, benchmarks=True).values()
+    for entries in every:
+        entries = [(label, e) for label, e in entries if _has_teacher_forced(e)]
+        if entries:
+            rows = [[label] + _teacher_forced_cells(e) for label, e in entries]
+            lines += ["", f"### {benchmark_title(entries[0][1])}", ""] + _table(["model", *_TF_COLUMNS], rows)
+            lines += _teacher_forced_place_table(entries, "model")
+    if not lines:
+        return []
+    note = _teacher_forced_note([e for entries in every for _, e in entries])
+    return ["", "## The paper's benchmarks: teacher-forced digit metrics", "", note] + lines
+
+
 # ---------------------------------------------------------------------------------------------- one report
 
 
@@ -225,6 +281,7 @@ def report_markdown(report: dict) -> str:
             "finished before the stop.",
         ]
     lines += _benchmark_section(report)
+    lines += _benchmark_teacher_forced_section(report)
     data_entries = [(d["name"], d) for d in report["datasets"] if not d.get("benchmark")]
     if data_entries:
         with_benchmarks = len(data_entries) < len(report["datasets"])
@@ -371,6 +428,7 @@ def comparison_markdown(reports: Sequence[dict], labels: Sequence[str]) -> str:
     for entries in dataset_entries(reports, labels, benchmarks=True).values():
         rows = [[label] + _benchmark_cells(e) for label, e in entries]
         lines += ["", f"### {benchmark_title(entries[0][1])}", ""] + _table(["model", *_BENCHMARK_COLUMNS], rows)
+    lines += _benchmark_teacher_forced_comparison(reports, labels)
     data = dataset_entries(reports, labels, benchmarks=False)
     for set_name, entries in data.items():
         rows = [[label] + [_summary_cells(e)[c] for c in _COLUMNS] for label, e in entries]

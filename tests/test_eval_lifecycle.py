@@ -512,6 +512,33 @@ def test_exit_statuses_are_listed_in_help_and_docs(capsys):
         assert rows[str(status)].replace("`", "") == meaning, status
 
 
+@pytest.mark.parametrize("command", ["lm-eval-tasks", "compare"])
+def test_commands_without_a_model_list_only_their_own_exit_statuses(command, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    epilog = capsys.readouterr().out.split("exit status:")[1]
+    assert [int(line.split()[0]) for line in epilog.splitlines() if line[:6].strip().isdigit()] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+        130,
+        143,
+    ]
+    # nothing of run's: no partial report to resume, no sandbox, no --overwrite
+    for word in ("resume", "sandbox", "program", "--overwrite", "partial"):
+        assert word not in epilog, word
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    assert "the same command resumes it" in capsys.readouterr().out.split("exit status:")[1]
+
+
+def test_compare_with_labels_not_one_per_report_is_a_usage_error(tmp_path, capsys):
+    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--labels", "A", "--out", str(tmp_path)]) == 2
+    assert "--labels: 1 given for 2 reports; give one label per report" in capsys.readouterr().err
+
+
 def test_settings_that_ask_for_nothing_are_usage_and_a_librarys_error_is_a_failed_run(
     digit_model,  # noqa: F811
     tmp_path,

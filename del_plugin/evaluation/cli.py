@@ -355,7 +355,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     if args.labels and len(args.labels) != len(args.reports):
         raise UsageError(
-            f"--labels gives {len(args.labels)} labels for {len(args.reports)} reports: give one per report"
+            f"--labels: {len(args.labels)} given for {len(args.reports)} reports; give one label per report"
         )
     reports = [load_report(p) for p in args.reports]
     written = compare_reports(reports, Path(args.out), args.labels)

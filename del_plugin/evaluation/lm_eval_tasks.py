@@ -64,7 +64,7 @@ _HEADER_START = "# Written by `del-eval lm-eval-tasks`"
 METRIC = "acc"
 LM_EVAL_PROMPT_FORMATS = ("alpaca", "chat")
 # the version of the task definitions (lm-eval reports it per task): raise it when what a task sends or scores changes
-TASK_VERSION = 1
+TASK_VERSION = 2
 
 
 def task_name(benchmark: str) -> str:

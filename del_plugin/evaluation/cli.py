@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="evaluate one model on JSONL files and/or the paper's benchmarks",
         description="Greedy generation, scored, and teacher-forced digit metrics, on JSONL files (GSM8K "
-        "'question'/'answer' with '#### N', or plain numeric answers) and/or the DEL paper's seven benchmarks.",
+        "'question'/'answer' with '#### N', plain numeric answers, or chat 'messages') and/or the DEL paper's seven "
+        "benchmarks.",
         **formatting,
     )
     run.add_argument(

@@ -30,8 +30,8 @@ __all__ = [
 
 
 def score_tolerance(output: str, reference: str) -> Verdict:
-    """The ``--data`` files' rule (:mod:`.answers`): the first number after the first marker (else the last
-    number), correct when it rounds to an integer reference or is within 4% of another one."""
+    """The ``--data`` files' rule (:mod:`.answers`): the answer read as the paper's GSM8K reader reads it, correct
+    when it rounds to an integer reference or is within 4% of another one."""
     found = extract_answer(output)
     if found is None:
         return Verdict(None, False)

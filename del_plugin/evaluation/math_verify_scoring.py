@@ -95,6 +95,8 @@ class MathVerifyScorer:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,  # math-verify logs each of its own timeouts there
             env=env,
+            # a Ctrl-C is the run's to handle; the worker ends when its stdin closes (the run ended, however)
+            start_new_session=True,
         )
         reply = self._read(process, _START_TIMEOUT_S)
         if reply is None or not reply.get("ready"):
@@ -113,7 +115,10 @@ class MathVerifyScorer:
             ready, _, _ = select.select([process.stdout], [], [], left)
             if ready:
                 line = process.stdout.readline()
-                return json.loads(line) if line else None
+                try:
+                    return json.loads(line) if line else None
+                except json.JSONDecodeError:
+                    return None
 
     @staticmethod
     def _stop(process: subprocess.Popen) -> None:
@@ -134,6 +139,9 @@ class MathVerifyScorer:
                 reply = self._read(self._process, self.timeout_s)
             except OSError:  # the worker died (killed from outside): this problem is wrong, the next gets a new one
                 reply = None
+            except BaseException:  # a Ctrl-C while it works: its late answer must not be read as the next one's
+                self.close_unlocked()
+                raise
             if reply is None:
                 self.timeouts += 1
                 LOG.warning(

@@ -47,14 +47,15 @@ def serve() -> None:
     _limit_memory()
     import math_verify  # noqa: F401 - loaded before the first request, whose time limit it must not eat
 
-    print(json.dumps({"ready": True}), flush=True)
+    replies, sys.stdout = sys.stdout, sys.stderr  # whatever a library prints must not pass for a reply
+    print(json.dumps({"ready": True}), file=replies, flush=True)
     for line in sys.stdin:
         try:
             request = json.loads(line)
             answer = {"correct": verdict(request["gold"], request["prediction"], request.get("letters", ""))}
         except (Exception, MemoryError) as err:  # noqa: BLE001 - one problem's failure is its verdict, not the run's
             answer = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
-        print(json.dumps(answer), flush=True)
+        print(json.dumps(answer), file=replies, flush=True)
 
 
 if __name__ == "__main__":

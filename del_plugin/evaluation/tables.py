@@ -408,12 +408,14 @@ def comparison_markdown(reports: Sequence[dict], labels: Sequence[str]) -> str:
     lines += _paper_table(reports, labels)
     for entries in dataset_entries(reports, labels, benchmarks=True).values():
         rows = [[label] + _benchmark_cells(e) for label, e in entries]
-        lines += ["", f"### {benchmark_title(entries[0][1])}", ""] + _table(["model", *_BENCHMARK_COLUMNS], rows)
+        header, rows = without_math_verify([e for _, e in entries], ["model", *_BENCHMARK_COLUMNS], rows)
+        lines += ["", f"### {benchmark_title(entries[0][1])}", ""] + _table(header, rows)
     data = dataset_entries(reports, labels, benchmarks=False)
     for set_name, entries in data.items():
         rows = [[label] + [_summary_cells(e)[c] for c in _COLUMNS] for label, e in entries]
         _bold_best(entries, rows)
-        lines += ["", f"## {set_name}", ""] + _table(["model", *_COLUMNS], rows)
+        header, rows = without_math_verify([e for _, e in entries], ["model", *_COLUMNS], rows)
+        lines += ["", f"## {set_name}", ""] + _table(header, rows)
         lines += _place_sections(entries, "model", "###")
     if data:
         lines += [

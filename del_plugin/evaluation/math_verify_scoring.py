@@ -54,7 +54,7 @@ TIMEOUT_S = 20.0
 _START_TIMEOUT_S = 120.0
 MISSING_NOTE = (
     "math-verify accuracy not computed: math-verify is not installed (pip install 'del-plugin[eval]'); the "
-    "accuracy is the paper's exact rules only"
+    "accuracy is the default scorer's only"
 )
 _WORKER = Path(__file__).with_name("math_verify_worker.py")
 

@@ -182,7 +182,8 @@ def _program_lines(entries: Sequence[dict]) -> list[str]:
 
 MATH_VERIFY_NOTE = (
     "math-verify: the accuracy by Hugging Face's math-verify (symbolic and numeric equivalence) on the same outputs, "
-    "beside the paper's exact rules (accuracy, the default); report.json lists the problems on which they differ."
+    "beside the default scorer's (accuracy: the paper's rules, with a 4% tolerance for --data files); report.json "
+    "lists the problems on which they differ."
 )
 
 

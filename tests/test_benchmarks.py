@@ -450,8 +450,10 @@ def test_score_reproduces_hand_checked_verdicts(name, benchmark_dir, tmp_path):
     total = {"gsm8k": 1319, "math": 5000, "svamp": 1000, "aqua": 254, "mmlu_math": 974}.get(name, len(rows))
     assert (entry["coverage"]["problems"], entry["coverage"]["total"]) == (len(rows), total)
     partial = len(rows) < total
+    equivalent = sum(r["math_verify_correct"] for r in records.values()) / len(rows)  # math-verify's, beside
     assert report["macc"] == {
         "value": generation["accuracy"],
+        "math_verify": equivalent,
         "sets": [name],
         "label": "mACC (1 of 7 sets, partial coverage)" if partial else "mACC (1 of 7 sets)",
         "complete": False,
@@ -462,6 +464,118 @@ def test_score_reproduces_hand_checked_verdicts(name, benchmark_dir, tmp_path):
     assert (tmp_path / "out" / "report.md").read_text().count("|") > 10
 
 
+# per set: (id, output, the paper's verdict, math-verify's verdict), each worked out by hand; the two differ where
+# the comment says why (math-verify 0.9.0 with StringExtractionConfig for the letters)
+MATH_VERIFY_SCORED = {
+    "gsm8k": [  # references 18, 3, 70000, 540
+        (0, "The answer is \\frac{36}{2}", False, True),  # the paper reads 36, the first number; math-verify 36/2
+        (1, "So 2 + 1 = 3 bolts. The answer is 3.", True, True),
+        # the paper: 70000, the first number after the marker; math-verify: the last equation's right side, 80000
+        (2, "The answer is 70000. Check: 70000 + 10000 = 80000", True, False),
+        (3, "The answer is 1.8 \\times 10", False, False),  # both read 1.8 (the product is 18, not 540 anyway)
+    ],
+    "math": [  # references \frac{1}{2} (1), 3\sqrt{2} (77), 2 (0)
+        (1, "The answer is 0.5", False, True),  # no algebra in the paper's rules: "0.5" is not "\frac{1}{2}"
+        (77, "The answer is $\\sqrt{18}$", False, True),  # sqrt(18) = 3 sqrt(2)
+        (0, "The answer is $\\frac{4}{2}$", False, True),
+    ],
+    "svamp": [  # references 51, 1, 17
+        (0, "76 - 25 = 51. The answer is 51.0", True, True),
+        (1, "The answer is 2/2", True, True),  # both read one
+        (2, "The answer is 17.5", False, False),
+    ],
+    "simuleq": [  # references 6, 583.3333, 0.75
+        (0, "The answer is 6.0", True, True),
+        (1, "The answer is 583.33333", False, False),  # an extra digit: neither (math-verify rounds to 6 places)
+        (2, "The answer is 3/4", True, True),
+    ],
+    "aqua": [  # references A, E, A
+        (1, "The answer is (E)", True, False),  # math-verify reads a letter only standing as a word, not "(E)"
+        (0, "I cannot tell.", True, False),  # no letter: the paper's "A" default, which is right here; none
+        (2, "The answer is A.", True, True),
+    ],
+    "sat": [  # references C, A
+        (0, "2x = 10 so x = 5. The answer is C", True, True),
+        (1, "The answer is: a", True, False),  # a small letter after the marker; math-verify matches capitals
+    ],
+    "mmlu_math": [  # references C, C, D
+        (0, "Answer: C", True, True),
+        (1, "The answer is (C)", True, False),
+        (2, "The answer is B. Then D", False, False),  # the paper: the first letter after the marker; math-verify B
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(MATH_VERIFY_SCORED))
+def test_math_verify_beside_the_paper_on_hand_checked_outputs(name, benchmark_dir, tmp_path):
+    rows = MATH_VERIFY_SCORED[name]
+    predictions = [{"id": i, "output": out} for i, out, _, _ in rows]
+    report = score_predictions(name, predictions, tmp_path / "out", benchmark_dir=benchmark_dir, allow_modified=True)
+    records = {r["id"]: r for r in map(json.loads, (tmp_path / "out" / "generations.jsonl").read_text().splitlines())}
+    for problem_id, output, paper, equivalent in rows:
+        record = records[problem_id]
+        assert (record["correct"], record["math_verify_correct"]) == (paper, equivalent), output
+    (entry,) = report["datasets"]
+    assert entry["generation"]["correct"] == sum(paper for _, _, paper, _ in rows)  # the paper's accuracy as it was
+    right = sum(equivalent for _, _, _, equivalent in rows)
+    assert entry["math_verify"] == {
+        "correct": right,
+        "n": len(rows),
+        "accuracy": right / len(rows),
+        "disagreements": sorted(i for i, _, paper, equivalent in rows if paper != equivalent),
+    }
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "| set | problems | accuracy | math-verify |" in markdown
+    assert f"| {100 * right / len(rows):.1f}% |" in markdown
+
+
+def test_the_math_verify_column_is_absent_without_math_verify(benchmark_dir, tmp_path, monkeypatch):
+    from del_plugin.evaluation import math_verify_scoring
+
+    # math-verify not installed: find_spec answers None for it (the one thing replaced)
+    real_find_spec = math_verify_scoring.importlib.util.find_spec
+    monkeypatch.setattr(
+        math_verify_scoring.importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "math_verify" else real_find_spec(name, *args),
+    )
+    report = score_predictions("svamp", [{"id": 0, "output": "The answer is 51"}], tmp_path / "out")
+    (entry,) = report["datasets"]
+    assert entry["generation"]["accuracy"] == 1.0 and entry["math_verify"] is None
+    assert report["macc"]["math_verify"] is None
+    assert math_verify_scoring.MISSING_NOTE in report["warnings"]
+    (record,) = map(json.loads, (tmp_path / "out" / "generations.jsonl").read_text().splitlines())
+    assert record["correct"] is True and record["math_verify_correct"] is None
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "| set | problems | accuracy | no answer |" in markdown and "| math-verify |" not in markdown
+    assert math_verify_scoring.MISSING_NOTE in markdown
+
+
+def test_math_verify_is_bounded_and_works_off_the_main_thread():
+    import threading
+
+    from del_plugin.evaluation.math_verify_scoring import MAX_PREDICTION_CHARS, MathVerifyScorer, math_verify_inputs
+
+    scorer = MathVerifyScorer(timeout_s=2)
+    try:
+        verdicts = []
+        thread = threading.Thread(target=lambda: verdicts.append(scorer.correct("0.5", "The answer is \\frac{1}{2}")))
+        thread.start()
+        thread.join(60)
+        assert verdicts == [True]  # math-verify's signal alarms run in its own process's main thread
+        # a runaway output is cut to its end before math-verify sees it
+        gold, prediction, _ = math_verify_inputs("7" * 2_000_000 + " The answer is 5", "5", "numeric")
+        assert len(prediction) == MAX_PREDICTION_CHARS and prediction.endswith("The answer is 5")
+        assert scorer.correct(gold, prediction)
+        # sympy on a tower of powers outlasts the limit: scored wrong within it, the process replaced
+        started = time.perf_counter()
+        assert not scorer.correct("3", "The answer is $2^{2^{2^{2^{2^{30}}}}}$")
+        assert time.perf_counter() - started < 4.5 and scorer.timeouts == 1
+        assert scorer.correct("18", "The answer is 18")  # the next problem gets a new process
+    finally:
+        scorer.close()
+
+
 def test_score_command_line_and_a_bad_predictions_file(benchmark_dir, tmp_path, capsys):
     predictions = _write_predictions(tmp_path / "p.jsonl", SCORED["svamp"])
     assert (
@@ -469,7 +583,7 @@ def test_score_command_line_and_a_bad_predictions_file(benchmark_dir, tmp_path, 
         == 0
     )
     printed = capsys.readouterr().out
-    assert "| SVAMP | 3 of 1,000 | 33.3% | 1 |" in printed and "mACC (1 of 7 sets, partial coverage)" in printed
+    assert "| SVAMP | 3 of 1,000 | 33.3% | 33.3% | 1 |" in printed and "mACC (1 of 7 sets, partial coverage)" in printed
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 0, "output": "x"}\n{"id": 0, "output": "y"}\nnot json\n{"id": 5000, "output": "z"}\n')
     assert cli.main(["score", "--benchmark", "svamp", "--predictions", str(bad), "--out", str(tmp_path / "b")]) == 3
@@ -492,11 +606,12 @@ def test_read_predictions_from_dicts():
 
 def test_macc_names_the_sets_it_averages():
     entries = [
-        {"benchmark": n, "status": "complete", "generation": {"accuracy": a}}
-        for n, a in zip(BENCHMARK_NAMES, (0.5, 0.25, 0.75, 0.0, 1.0, 0.5, 0.5))
+        {"benchmark": n, "status": "complete", "generation": {"accuracy": a}, "math_verify": {"accuracy": e}}
+        for n, a, e in zip(BENCHMARK_NAMES, (0.5, 0.25, 0.75, 0.0, 1.0, 0.5, 0.5), (1, 0.5, 0.75, 0.25, 1, 0, 0.5))
     ]
     assert macc(entries) == {
         "value": 3.5 / 7,
+        "math_verify": 4.0 / 7,  # the mean of math-verify's accuracies over the same sets
         "sets": list(BENCHMARK_NAMES),
         "label": "mACC",
         "complete": True,
@@ -505,12 +620,14 @@ def test_macc_names_the_sets_it_averages():
     partial = entries[:2] + [dict(entries[2], status="running")] + [{"benchmark": None, "status": "complete"}]
     assert macc(partial) == {
         "value": 0.375,
+        "math_verify": 0.75,
         "sets": ["gsm8k", "math"],
         "label": "mACC (2 of 7 sets)",
         "complete": False,
         "partial": [],
     }
     assert macc([]) is None
+    assert macc([entries[0], dict(entries[1], math_verify=None)])["math_verify"] is None  # one set without it
 
 
 # ---------------------------------------------------------------------------------------------- programs
@@ -610,6 +727,7 @@ def test_score_runs_programs_only_when_asked(sandbox, tmp_path):
     run = score_predictions("svamp", predictions, tmp_path / "run", program_of_thought=True)
     (first, second) = [json.loads(line) for line in (tmp_path / "run" / "generations.jsonl").read_text().splitlines()]
     assert (first["mode"], first["prediction"], first["correct"]) == ("program-of-thought", "51", True)
+    assert first["math_verify_correct"] is True  # math-verify reads the printed answer too
     assert first["program"] == {"status": "ok", "stdout": "51\n", "detail": ""}
     assert second["mode"] == "as given" and second["program"] is None
     counts = run["datasets"][0]["generation"]["program_of_thought"]

@@ -14,6 +14,7 @@ import torch
 
 from del_plugin.evaluation import cli
 from del_plugin.evaluation.answers import extract_answer, find_numbers, format_decimal, is_correct
+from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, read_number
 from del_plugin.evaluation.data import read_eval_set
 from del_plugin.evaluation.errors import OutputError
 from del_plugin.evaluation.metrics import digits_by_place, log_transform, numeric_metrics
@@ -122,6 +123,9 @@ def test_numbers_in_a_gsm8k_line_with_fractions_subtraction_and_negatives(gsm8k_
         ("The answer is unknown", None, None),
         ("#### 1,234,567", D(1234567), "marker"),
         ("5% of 80 is 4", D(4), "last"),
+        ("The answer is 5. On second thought, the answer is 7 apples", D(7), "marker"),  # the last marker
+        ("#### 9\nThe answer is 12", D(12), "marker"),
+        ("I counted 3 apples. The answer is unknown", None, None),  # a marker without a number: no answer
     ],
 )
 def test_extraction_rules(text, expected, source):
@@ -130,6 +134,8 @@ def test_extraction_rules(text, expected, source):
         assert found is None
     else:
         assert (found.value, found.source) == (expected, source)
+    # one way of reading an answer: the --data files read it as the paper's GSM8K reader does
+    assert read_number(text, GSM8K_MARKERS) == (None if found is None else found.value)
 
 
 @pytest.mark.parametrize(

@@ -124,9 +124,11 @@ def test_lm_eval_finds_the_per_problem_correctness_of_del_eval_run(lm_eval_run, 
             # the same prompt and decoding give the same text, and the same reader the same verdict
             assert sample["resps"][0][0] == mine["generation"], (name, sample["doc"]["id"])
             assert sample["acc"] == float(mine["correct"]), (name, sample["doc"]["id"])
+            assert sample["math_verify"] == float(mine["math_verify_correct"]), (name, sample["doc"]["id"])
         assert results["configs"][f"del_{name}"]["generation_kwargs"]["until"] == list(STOP_STRINGS)
-    accuracies = [results["results"][f"del_{name}"]["acc,none"] for name in BENCHMARK_NAMES]
-    assert results["results"]["del_paper"]["acc,none"] == pytest.approx(sum(accuracies) / 7)  # mACC
+    for metric in ("acc,none", "math_verify,none"):  # the paper's rules, and math-verify beside them
+        accuracies = [results["results"][f"del_{name}"][metric] for name in BENCHMARK_NAMES]
+        assert results["results"]["del_paper"][metric] == pytest.approx(sum(accuracies) / 7)  # mACC
 
 
 def test_score_lm_eval_samples_reproduces_lm_eval_and_compares_with_del_eval_run(
@@ -142,8 +144,14 @@ def test_score_lm_eval_samples_reproduces_lm_eval_and_compares_with_del_eval_run
     for entry in report["datasets"]:
         assert entry["evaluated"] == LIMIT
         assert entry["generation"]["accuracy"] == results["results"][f"del_{entry['benchmark']}"]["acc,none"]
+        assert entry["math_verify"]["accuracy"] == results["results"][f"del_{entry['benchmark']}"]["math_verify,none"]
     assert report["macc"]["label"] == "mACC (partial coverage)"  # --limit: a few problems of each set
     assert report["macc"]["value"] == pytest.approx(results["results"]["del_paper"]["acc,none"])
+    assert report["macc"]["math_verify"] == pytest.approx(results["results"]["del_paper"]["math_verify,none"])
+    ran = load_report(del_eval_out)  # and del-eval run, on the same generations, on both
+    assert [(d["generation"]["accuracy"], d["math_verify"]) for d in ran["datasets"]] == [
+        (d["generation"]["accuracy"], d["math_verify"]) for d in report["datasets"]
+    ]
     assert report["settings"]["prompt_format"] == "chat" and report["settings"]["max_new_tokens"] == NEW_TOKENS
     # the fixtures are not the authors' SimulEq and SAT, which the report says, and --limit scored a few
     # problems of each set; nothing else is wrong

@@ -1,16 +1,21 @@
-"""Answer extraction and scoring, as in the paper's harness.
+"""Numbers in text, and the ``--data`` sets' answer rule (the demo's too).
 
-Extraction (:func:`extract_answer`): take the text after the first "The answer is" (any case) or "####",
-whichever comes first; remove the thousands commas; the answer is the first number there, or else (no marker, or
-no number after it) the last number anywhere in the text.
+**Reading** (:func:`extract_answer`) is the paper's GSM8K reader (:func:`~.benchmarks.readers.read_number` with
+"The answer is" and "####"; :mod:`.benchmarks.readers` is the one home of reading an answer): the text after the
+**last** "The answer is" (any case) or "####"; thousands commas removed; the first number there; without a marker,
+the last number in the text; a marker with no number after it is no answer.
 
-A *number* is an optional minus sign, digits with an optional decimal part (or a bare ``.5``), and an optional
-``/denominator`` (``3/4`` reads as 0.75). A minus sign counts only where it cannot be a subtraction: ``16-3``
-reads as 16 and 3, ``x = -3`` as -3. Dollar signs, percent signs and units around the number are ignored. The
-Unicode minus '−' is read as '-'.
+A *number* (:func:`find_numbers`, which every reader uses) is an optional minus sign, digits with an optional
+decimal part (or a bare ``.5``), and an optional ``/denominator`` (``3/4`` reads as 0.75). A minus sign counts only
+where it cannot be a subtraction: ``16-3`` reads as 16 and 3, ``x = -3`` as -3. Dollar signs, percent signs and
+units around the number are ignored. The Unicode minus '−' is read as '-'.
 
-Scoring (:func:`is_correct`): a prediction is correct when, rounded to the nearest integer (halves away from
-zero), it equals an integer reference; or, for a non-integer reference, when it is within 4% of it (relative).
+**Scoring** (:func:`is_correct`), the ``--data`` sets' only difference from the paper's GSM8K rule, which compares
+exactly: a prediction is correct when, rounded to the nearest integer (halves away from zero), it equals an integer
+reference; or, for a non-integer reference, when it is within 4% of it (relative). It is the comparison of
+MAmmoTH's harness, on which the paper's is built, for references given as a value (TheoremQA); the paper's seven
+sets compare exactly. It is kept for ``--data`` files, the demo's and the efficacy sweeps' held-out sets, whose
+published numbers it made; the math-verify column (:mod:`.math_verify_scoring`) stands beside it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, DivisionByZero, InvalidOperation, Overflow, localcontext
 
 __all__ = [
-    "ANSWER_MARKERS",
     "ExtractedNumber",
     "RELATIVE_TOLERANCE",
     "extract_answer",
@@ -31,7 +35,6 @@ __all__ = [
     "to_float",
 ]
 
-ANSWER_MARKERS = ("the answer is", "####")
 RELATIVE_TOLERANCE = Decimal("0.04")
 
 # A digit or letter right before a '-' makes it a subtraction / hyphen, not a sign; a word character or '.' right
@@ -40,7 +43,6 @@ _NUMBER = re.compile(
     r"(?:(?<![\w.)\]])(?P<sign>-))?(?<![\w.])(?P<body>\d+(?:\.\d+)?|\.\d+)(?:/(?P<denominator>\d+(?:\.\d+)?))?"
 )
 _THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d)")
-_MARKER = re.compile("|".join(re.escape(m) for m in ANSWER_MARKERS), re.IGNORECASE)
 # Numbers are kept as exact decimals; a quotient that does not terminate is cut at this many significant digits.
 _DIVISION_DIGITS = 28
 
@@ -78,20 +80,19 @@ def find_numbers(text: str) -> list[tuple[Decimal, str]]:
 
 
 def extract_answer(text: str) -> ExtractedNumber | None:
-    """The model's final answer in ``text``, or None when there is no number at all (see the module docs)."""
+    """The model's final answer in ``text``, or None (see the module docs: the paper's GSM8K reader, which also
+    gives the ``text`` the number was read from and whether it followed a marker)."""
+    # imported here: the readers read their numbers with find_numbers
+    from .benchmarks.readers import GSM8K_MARKERS, after_last_marker
+
     if not isinstance(text, str):
         raise TypeError(f"extract_answer needs a str, got {type(text).__name__}")
-    text = _normalise(text)
-    marker = _MARKER.search(text)
-    if marker is not None:
-        match = _NUMBER.search(text, marker.end())
-        if match is not None:
-            return ExtractedNumber(_value(match), match.group(0), "marker")
-    found = list(_NUMBER.finditer(text))
+    tail, marked = after_last_marker(text, GSM8K_MARKERS)
+    found = list(_NUMBER.finditer(_normalise(tail)))
     if not found:
         return None
-    last = found[-1]
-    return ExtractedNumber(_value(last), last.group(0), "last")
+    match = found[0] if marked else found[-1]
+    return ExtractedNumber(_value(match), match.group(0), "marker" if marked else "last")
 
 
 def _round_half_away(value: Decimal) -> Decimal:

@@ -8,8 +8,9 @@ may be any folder above them. Read are:
 
 * the tasks of ``del-eval lm-eval-tasks`` (``del_gsm8k`` … ``del_mmlu_math``): a doc's ``id`` is its problem's
   index in the set's file; its question and reference must be those of that problem (else the tasks were written
-  from another file: an error). lm-eval's own verdict (``acc``, the same reader) is compared with this one, and
-  the prompt with what the task's prompt format sends: a difference is a warning in the report;
+  from another file: an error). lm-eval's own verdicts (``acc``, the same reader, and ``math_verify`` where the
+  tasks have it) are compared with these, and the prompt with what the task's prompt format sends: a difference
+  is a warning in the report;
 * lm-eval's own GSM8K tasks (:data:`LM_EVAL_GSM8K_TASKS`, on the same test set): their docs are matched to GSM8K's
   problems by question text, and the raw generation is scored with the paper's GSM8K reader (lm-eval's prompt is
   its own, few-shot: the report says so).
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from .benchmarks.sets import BENCHMARKS
 from .errors import UnusableInput
-from .lm_eval_tasks import METRIC, benchmark_of_task
+from .lm_eval_tasks import METRIC, METRIC_MATH_VERIFY, benchmark_of_task
 from .report import RunReport, require_eval_extra
 from .score import score_outputs
 from .tasks import EvalTask, benchmark_task, refuse_modified_sets
@@ -58,6 +59,7 @@ class LmEvalSet:
     path: Path
     outputs: dict[int, str]
     lm_eval_verdicts: dict[int, float] = field(default_factory=dict)
+    lm_eval_math_verify: dict[int, float] = field(default_factory=dict)
     prompts: dict[int, str] = field(default_factory=dict)
     config: dict = field(default_factory=dict)
     run: dict = field(default_factory=dict)
@@ -202,6 +204,8 @@ def read_lm_eval_samples(folder: str | Path, benchmark_dir: str | Path | None = 
             chosen.outputs[problem.id] = text
             if chosen.ours and isinstance(row.get(METRIC), (int, float)):
                 chosen.lm_eval_verdicts[problem.id] = float(row[METRIC])
+            if chosen.ours and isinstance(row.get(METRIC_MATH_VERIFY), (int, float)):
+                chosen.lm_eval_math_verify[problem.id] = float(row[METRIC_MATH_VERIFY])
             prompt = ((row.get("arguments") or {}).get("gen_args_0") or {}).get("arg_0")
             if isinstance(prompt, str):
                 chosen.prompts[problem.id] = prompt
@@ -325,11 +329,14 @@ def score_lm_eval_samples(
             if warning:
                 report.warn(warning)
             verdicts = score_outputs(task, lm_set.outputs, report)
-            theirs = lm_set.lm_eval_verdicts
-            differ = sum(i in theirs and theirs[i] != float(v.correct) for i, v in verdicts.items())
-            if differ:
-                report.warn(
-                    f"{task.name}: {differ} of {len(task.problems)} verdicts differ from the `{METRIC}` lm-eval "
-                    f"logged for {lm_set.task} (tasks written by another del-plugin version?)"
-                )
+            for metric, theirs, ours in (
+                (METRIC, lm_set.lm_eval_verdicts, {i: v.correct for i, v in verdicts.items()}),
+                (METRIC_MATH_VERIFY, lm_set.lm_eval_math_verify, {i: v.math_verify for i, v in verdicts.items()}),
+            ):
+                differ = sum(i in theirs and ours[i] is not None and theirs[i] != float(ours[i]) for i in ours)
+                if differ:
+                    report.warn(
+                        f"{task.name}: {differ} of {len(task.problems)} verdicts differ from the `{metric}` lm-eval "
+                        f"logged for {lm_set.task} (tasks written by another del-plugin version?)"
+                    )
     return report.data

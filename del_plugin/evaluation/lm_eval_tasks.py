@@ -10,9 +10,12 @@ own, imported from this module, not copies:
   the package's gzipped copy, or the user's SimulEq/SAT under ``--benchmark-dir``); the docs are replaced by
   del-plugin's reading of the same file (:func:`~.benchmarks.sets.load_benchmark`, sha256 checked), one doc per
   problem: ``id`` (the problem's 0-based index in its file, as in del-eval's reports), ``question`` as the
-  paper's harness writes it, ``reference`` in the form its scorer compares, and ``prompt``, what lm-eval sends;
-* ``process_results_<set>``: the set's answer reader and scorer (:meth:`~.benchmarks.sets.Benchmark.score`), one
-  metric ``acc`` (1 correct, 0 not).
+  paper's harness writes it, ``reference`` in the form its scorer compares, ``solution`` (the reference solution
+  where the set has one: math-verify reads MATH's answer there), and ``prompt``, what lm-eval sends;
+* ``process_results_<set>``: the set's answer reader and scorer (:meth:`~.benchmarks.sets.Benchmark.score`), the
+  metric ``acc`` (1 correct, 0 not); and, when math-verify is installed where the tasks are written, the metric
+  ``math_verify``: math-verify's verdict on the same generation (:mod:`.math_verify_scoring`), as ``del-eval run``
+  reports it beside the paper's.
 
 Prompts and decoding are ``del-eval run``'s: zero-shot, greedy (``do_sample: false``), the stop strings of
 :data:`~.generation.STOP_STRINGS` (lm-eval adds the model's EOS), ``max_gen_toks`` = ``del-eval run
@@ -41,6 +44,7 @@ from .benchmarks.sets import (
     resolve_benchmark_names,
 )
 from .generation import ALPACA_PROMPT, MAX_NEW_TOKENS, STOP_STRINGS
+from .math_verify_scoring import math_verify_available, math_verify_verdict
 from .output import prepare_output_dir, write_text_atomic
 from .tasks import modified_set_error
 
@@ -49,6 +53,7 @@ __all__ = [
     "HELPERS_MODULE",
     "LM_EVAL_PROMPT_FORMATS",
     "METRIC",
+    "METRIC_MATH_VERIFY",
     "benchmark_of_task",
     "docs_processor",
     "lm_eval_prompt",
@@ -62,6 +67,7 @@ TASK_PREFIX = "del_"
 HELPERS_MODULE = "del_paper_tasks"
 _HEADER_START = "# Written by `del-eval lm-eval-tasks`"
 METRIC = "acc"
+METRIC_MATH_VERIFY = "math_verify"
 LM_EVAL_PROMPT_FORMATS = ("alpaca", "chat")
 # the version of the task definitions (lm-eval reports it per task): raise it when what a task sends or scores changes
 TASK_VERSION = 2
@@ -110,6 +116,7 @@ def docs_processor(benchmark: str, benchmark_dir: str | None, prompt_format: str
                     "id": p.id,
                     "question": p.question,
                     "reference": p.reference,
+                    "solution": p.solution or "",
                     "prompt": lm_eval_prompt(p.question, prefix, prompt_format),
                 }
                 for p in loaded.problems
@@ -119,14 +126,26 @@ def docs_processor(benchmark: str, benchmark_dir: str | None, prompt_format: str
     return process_docs
 
 
-def results_processor(benchmark: str) -> Callable:
-    """The ``process_results`` of task ``del_<benchmark>``: the set's scorer on the generation."""
+def results_processor(benchmark: str, math_verify: bool = False) -> Callable:
+    """The ``process_results`` of task ``del_<benchmark>``: the set's scorer on the generation, and with
+    ``math_verify`` math-verify's verdict too."""
     scored = BENCHMARKS[benchmark]
 
     def process_results(doc: dict, results: Sequence[str]) -> dict:
-        return {METRIC: float(scored.score(results[0], doc["reference"]).correct)}
+        metrics = {METRIC: float(scored.score(results[0], doc["reference"]).correct)}
+        if math_verify:
+            equivalent = math_verify_verdict(
+                results[0], doc["reference"], scored.scoring, scored.letters, doc.get("solution") or None
+            )
+            metrics[METRIC_MATH_VERIFY] = float(bool(equivalent))
+        return metrics
 
     return process_results
+
+
+def _metrics() -> tuple[str, ...]:
+    """The tasks' metrics: ``acc``, and ``math_verify`` where math-verify is installed (when they are written)."""
+    return (METRIC, METRIC_MATH_VERIFY) if math_verify_available() else (METRIC,)
 
 
 def _quoted(text: str) -> str:
@@ -162,9 +181,11 @@ def _task_yaml(loaded: BenchmarkSet, prompt_format: str, max_new_tokens: int, he
         f"  max_gen_toks: {max_new_tokens}",
         f"process_results: !function {HELPERS_MODULE}.process_results_{name}",
         "metric_list:",
-        f"  - metric: {METRIC}",
-        "    aggregation: mean",
-        "    higher_is_better: true",
+        *[
+            line
+            for m in _metrics()
+            for line in (f"  - metric: {m}", "    aggregation: mean", "    higher_is_better: true")
+        ],
         "metadata:",
         f"  version: {TASK_VERSION}",
         f"  del_plugin_version: {_quoted(__version__)}",
@@ -186,9 +207,11 @@ def _group_yaml(names: Sequence[str], header: str) -> str:
                 "task:",
                 *[f"  - {task_name(n)}" for n in names],
                 "aggregate_metric_list:",
-                f"  - metric: {METRIC}",
-                "    aggregation: mean",
-                "    weight_by_size: false",
+                *[
+                    line
+                    for m in _metrics()
+                    for line in (f"  - metric: {m}", "    aggregation: mean", "    weight_by_size: false")
+                ],
                 "metadata:",
                 f"  version: {TASK_VERSION}",
             ]
@@ -207,11 +230,12 @@ def _helpers_py(names: Sequence[str], benchmark_dir: str | None, prompt_format: 
         "",
         f"BENCHMARK_DIR = {benchmark_dir!r}",
         f"PROMPT_FORMAT = {prompt_format!r}",
+        f"MATH_VERIFY = {METRIC_MATH_VERIFY in _metrics()!r}",
         "",
     ]
     for name in names:
         lines.append(f"process_docs_{name} = docs_processor({name!r}, BENCHMARK_DIR, PROMPT_FORMAT)")
-        lines.append(f"process_results_{name} = results_processor({name!r})")
+        lines.append(f"process_results_{name} = results_processor({name!r}, MATH_VERIFY)")
     return "\n".join(lines) + "\n"
 
 

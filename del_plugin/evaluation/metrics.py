@@ -175,7 +175,9 @@ class GenerationMetrics:
     * numbers (``numeric``, ``numeric-tolerance``): ``mae``, ``log_mae``, ``place_accuracy`` (see the module docs);
     * options (``choice``): ``defaulted`` (no letter, scored as "A" as the paper's harness does; counted in
       ``no_answer`` too) and ``accuracy_without_default`` (those counted wrong);
-    * ``program_of_thought``: :class:`ProgramCounts` when the set ran as program-of-thought, else None.
+    * ``program_of_thought``: :class:`ProgramCounts` when the set ran as program-of-thought, else None;
+
+    and, apart (:meth:`math_verify_summary`, the set's ``math_verify`` in the report), math-verify's verdicts.
     """
 
     scoring: str
@@ -189,16 +191,31 @@ class GenerationMetrics:
     cut: int = 0
     programs: ProgramCounts | None = None
     numeric: NumericMetrics | None = None
+    math_verify_n: int = 0
+    math_verify_correct: int = 0
+    disagreements: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.numeric is None and self.scoring in NUMERIC_SCORINGS:
             self.numeric = NumericMetrics()
 
-    def add(self, verdict, reference: str, new_tokens: int | None = None, finished: bool = True) -> None:
+    def add(
+        self,
+        verdict,
+        reference: str,
+        new_tokens: int | None = None,
+        finished: bool = True,
+        problem_id: int | None = None,
+    ) -> None:
         """Count one scored problem: its :class:`~.benchmarks.readers.Verdict`, the reference (canonical text),
-        the length of the generation scored (None: not generated here) and whether it ended (EOS or a stop string)
-        before the token limit."""
+        the length of the generation scored (None: not generated here), whether it ended (EOS or a stop string)
+        before the token limit, and its id (listed when math-verify's verdict differs from the paper's)."""
         self.n += 1
+        if verdict.math_verify is not None:
+            self.math_verify_n += 1
+            self.math_verify_correct += int(verdict.math_verify)
+            if verdict.math_verify != verdict.correct and problem_id is not None:
+                self.disagreements.append(problem_id)
         self.correct += int(verdict.correct)
         self.answered += int(verdict.answered)
         self.defaulted += int(verdict.defaulted)
@@ -247,6 +264,18 @@ class GenerationMetrics:
             out["accuracy_without_default"] = self.correct_without_default / n if n else None
         out["program_of_thought"] = None if self.programs is None else self.programs.as_dict()
         return out
+
+    def math_verify_summary(self) -> dict | None:
+        """``{correct, n, accuracy, disagreements}``: math-verify's verdicts, and the ids of the problems on which
+        they differ from the paper's (sorted); None when math-verify gave none (not installed)."""
+        if not self.math_verify_n:
+            return None
+        return {
+            "correct": self.math_verify_correct,
+            "n": self.math_verify_n,
+            "accuracy": self.math_verify_correct / self.math_verify_n,
+            "disagreements": sorted(self.disagreements),
+        }
 
     @classmethod
     def from_dict(cls, scoring: str, data: dict) -> GenerationMetrics:

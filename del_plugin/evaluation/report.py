@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import __version__
 from .benchmarks.sets import BENCHMARK_NAMES
 from .errors import OutputError, decode_text, read_input_bytes
+from .math_verify_scoring import MISSING_NOTE, math_verify_available
 from .metrics import GenerationMetrics, NumericMetrics
 from .output import (
     JsonlAppender,
@@ -120,8 +121,10 @@ def macc(datasets: Sequence[dict]) -> dict | None:
     partial = [n for n in sets if is_partial(done[n])]
     qualifiers = [f"{len(sets)} of {len(BENCHMARK_NAMES)} sets"] if len(sets) < len(BENCHMARK_NAMES) else []
     qualifiers += ["partial coverage"] if partial else []
+    equivalent = [(done[n].get("math_verify") or {}).get("accuracy") for n in sets]
     return {
         "value": sum(done[n]["generation"]["accuracy"] for n in sets) / len(sets),
+        "math_verify": None if None in equivalent else sum(equivalent) / len(sets),
         "sets": sets,
         "label": "mACC" + (f" ({', '.join(qualifiers)})" if qualifiers else ""),
         "complete": not qualifiers,
@@ -184,6 +187,7 @@ def _entry(task) -> dict:
         "formats": list(task.formats),
         "coverage": coverage(task),
         "generation": None,
+        "math_verify": None,
         "teacher_forced": None,
     }
 
@@ -287,6 +291,8 @@ class RunReport:
             warning = coverage_warning(data["datasets"])
             if warning:
                 report.warn(warning)
+            if not math_verify_available():
+                report.warn(MISSING_NOTE)
             if previous is not None:  # the kept sets' warnings, and the run's own about what they hold
                 report.data["warnings"] += [
                     w
@@ -323,7 +329,7 @@ class RunReport:
             self.data["warnings"].append(message)
 
     def start_task(self, task) -> None:
-        self._entry(task.name).update(status="running", generation=None, teacher_forced=None)
+        self._entry(task.name).update(status="running", generation=None, math_verify=None, teacher_forced=None)
         self.save()
 
     def set_teacher_forced(self, name: str, stats: TeacherForcedStats) -> None:
@@ -332,6 +338,7 @@ class RunReport:
 
     def set_generation(self, name: str, metrics: GenerationMetrics) -> None:
         self._entry(name)["generation"] = metrics.as_dict() if metrics.n or metrics.programs else None
+        self._entry(name)["math_verify"] = metrics.math_verify_summary()
         self.save()
 
     def complete_task(self, name: str) -> None:

@@ -249,7 +249,7 @@ def _generate(task: EvalTask, lm, prompt_format, settings: EvalSettings, report:
         metrics.programs = ProgramCounts()
 
     def save(problem: Problem, verdict: Verdict, text: str, n_tokens: int, finished: bool, mode: str, program):
-        metrics.add(verdict, problem.reference, n_tokens, finished)
+        metrics.add(verdict, problem.reference, n_tokens, finished, problem.id)
         record = generation_record(
             task,
             problem,

@@ -154,7 +154,7 @@ def program_verdicts(
             outcomes.append((task.score(text, problem), None))
             continue
         run = next(runs)
-        verdict = task.score("The answer is " + run.stdout, problem) if run.ok else Verdict(None, False)
+        verdict = task.score("The answer is " + run.stdout, problem) if run.ok else task.no_answer()
         outcomes.append((verdict, {"status": run.status, "stdout": run.stdout[:2000], "detail": run.detail}))
     return outcomes
 
@@ -184,7 +184,7 @@ def score_outputs(
             metrics.programs.ran += int(attempt["status"] == "ok")
         if metrics.programs is not None:
             metrics.programs.answered += int(verdict.answered)
-        metrics.add(verdict, problem.reference)
+        metrics.add(verdict, problem.reference, problem_id=problem.id)
         mode = "as given" if attempt is None else "program-of-thought"
         report.write_generation(generation_record(task, problem, verdict, text, mode=mode, program=attempt))
         verdicts[problem.id] = verdict

@@ -12,6 +12,7 @@ from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
 __all__ = ["OVERALL", "comparison_markdown", "comparison_warnings", "is_partial", "report_markdown"]
 
 OVERALL = "all sets"
+MATH_VERIFY_COLUMN = "math-verify"
 _MAX_ISSUES_IN_MARKDOWN = 20
 
 
@@ -54,7 +55,16 @@ def benchmark_title(entry: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------- --data files
 
-_COLUMNS = ("problems", "accuracy", "answered", "MAE", "log-MAE", "TF digit accuracy", "TF digit entropy (nats)")
+_COLUMNS = (
+    "problems",
+    "accuracy",
+    MATH_VERIFY_COLUMN,
+    "answered",
+    "MAE",
+    "log-MAE",
+    "TF digit accuracy",
+    "TF digit entropy (nats)",
+)
 # (column, metric path, higher is better) for bolding the best model in a comparison
 _RANKED = (
     ("accuracy", ("generation", "accuracy"), True),
@@ -70,6 +80,7 @@ def _summary_cells(entry: dict) -> dict[str, str]:
     return {
         "problems": fmt(gen.get("n", entry.get("evaluated")), "int"),
         "accuracy": fmt(gen.get("accuracy"), "pct"),
+        MATH_VERIFY_COLUMN: fmt((entry.get("math_verify") or {}).get("accuracy"), "pct"),
         "answered": fmt(gen.get("answered_rate"), "pct"),
         "MAE": fmt(gen.get("mae")),
         "log-MAE": fmt(gen.get("log_mae")),
@@ -119,7 +130,24 @@ def _bold_best(entries: list[tuple[str, dict]], rows: list[list[str]]) -> None:
 
 # ---------------------------------------------------------------------------------------------- benchmarks
 
-_BENCHMARK_COLUMNS = ("problems", "accuracy", "no answer", "MAE", "log-MAE", "accuracy without the default")
+_BENCHMARK_COLUMNS = (
+    "problems",
+    "accuracy",
+    MATH_VERIFY_COLUMN,
+    "no answer",
+    "MAE",
+    "log-MAE",
+    "accuracy without the default",
+)
+
+
+def without_math_verify(entries: Sequence[dict], header: Sequence[str], rows: list[list[str]]):
+    """``(header, rows)`` without the math-verify column when no entry has math-verify's verdicts (not installed:
+    the report's warnings say so in one line)."""
+    if any(e.get("math_verify") for e in entries):
+        return list(header), rows
+    col = list(header).index(MATH_VERIFY_COLUMN)
+    return [h for i, h in enumerate(header) if i != col], [[c for i, c in enumerate(r) if i != col] for r in rows]
 
 
 def _benchmark_cells(entry: dict) -> list[str]:
@@ -130,6 +158,7 @@ def _benchmark_cells(entry: dict) -> list[str]:
     return [
         problems,
         fmt(gen.get("accuracy"), "pct"),
+        fmt((entry.get("math_verify") or {}).get("accuracy"), "pct"),
         fmt(gen.get("no_answer"), "int"),
         fmt(gen.get("mae")),
         fmt(gen.get("log_mae")),
@@ -151,8 +180,15 @@ def _program_lines(entries: Sequence[dict]) -> list[str]:
     return ["", "Program-of-thought:", ""] + _table(header, rows)
 
 
+MATH_VERIFY_NOTE = (
+    "math-verify: the accuracy by Hugging Face's math-verify (symbolic and numeric equivalence) on the same outputs, "
+    "beside the default scorer's (accuracy: the paper's rules, with a 4% tolerance for --data files); report.json "
+    "lists the problems on which they differ."
+)
+
+
 def benchmark_notes(entries: Sequence[dict]) -> list[str]:
-    notes = []
+    notes = [MATH_VERIFY_NOTE] if any(e.get("math_verify") for e in entries) else []
     if any(e.get("benchmark") and BENCHMARKS[e["benchmark"]].scoring == "choice" for e in entries):
         notes.append(
             'Option sets (AQuA, SAT, MMLU-math): an output without an option letter is scored as "A", as the '
@@ -176,12 +212,13 @@ def _benchmark_section(report: dict) -> list[str]:
     rows = [[benchmark_title(e)] + _benchmark_cells(e) for e in entries]
     macc = report.get("macc")
     if macc and macc.get("value") is not None:
-        rows.append([f"**{macc['label']}**", "", f"**{fmt(macc['value'], 'pct')}**", "", "", "", ""])
+        equivalent = f"**{fmt(macc['math_verify'], 'pct')}**" if macc.get("math_verify") is not None else ""
+        rows.append([f"**{macc['label']}**", "", f"**{fmt(macc['value'], 'pct')}**", equivalent, "", "", "", ""])
     limit = (report.get("settings") or {}).get("limit")
     lines = ["", "## The paper's benchmarks", ""]
     if limit:
         lines += [f"The first {limit} problems of each set.", ""]
-    lines += _table(["set", *_BENCHMARK_COLUMNS], rows)
+    lines += _table(*without_math_verify(entries, ["set", *_BENCHMARK_COLUMNS], rows))
     notes = benchmark_notes(entries)
     if notes:
         lines += [""] + notes
@@ -288,8 +325,11 @@ def report_markdown(report: dict) -> str:
         if len(data_entries) > 1 and not with_benchmarks:
             data_entries.append((OVERALL, report["overall"]))
         lines += ["", "## Data files", ""] if with_benchmarks else [""]
-        lines += _table(["set", *_COLUMNS], [[n] + [_summary_cells(e)[c] for c in _COLUMNS] for n, e in data_entries])
+        rows = [[n] + [_summary_cells(e)[c] for c in _COLUMNS] for n, e in data_entries]
+        lines += _table(*without_math_verify([e for _, e in data_entries], ["set", *_COLUMNS], rows))
         lines += ["", "TF = teacher-forced on the reference solutions (digit targets only)."]
+        if any(e.get("math_verify") for _, e in data_entries):
+            lines += ["", MATH_VERIFY_NOTE]
         lines += _place_sections(data_entries, "set", "##")
     warnings = report.get("warnings") or []
     if warnings:
@@ -427,13 +467,15 @@ def comparison_markdown(reports: Sequence[dict], labels: Sequence[str]) -> str:
     lines += _paper_table(reports, labels)
     for entries in dataset_entries(reports, labels, benchmarks=True).values():
         rows = [[label] + _benchmark_cells(e) for label, e in entries]
-        lines += ["", f"### {benchmark_title(entries[0][1])}", ""] + _table(["model", *_BENCHMARK_COLUMNS], rows)
+        header, rows = without_math_verify([e for _, e in entries], ["model", *_BENCHMARK_COLUMNS], rows)
+        lines += ["", f"### {benchmark_title(entries[0][1])}", ""] + _table(header, rows)
     lines += _benchmark_teacher_forced_comparison(reports, labels)
     data = dataset_entries(reports, labels, benchmarks=False)
     for set_name, entries in data.items():
         rows = [[label] + [_summary_cells(e)[c] for c in _COLUMNS] for label, e in entries]
         _bold_best(entries, rows)
-        lines += ["", f"## {set_name}", ""] + _table(["model", *_COLUMNS], rows)
+        header, rows = without_math_verify([e for _, e in entries], ["model", *_COLUMNS], rows)
+        lines += ["", f"## {set_name}", ""] + _table(header, rows)
         lines += _place_sections(entries, "model", "###")
     if data:
         lines += [

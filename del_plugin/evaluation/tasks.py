@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from .benchmarks.sets import (
 )
 from .data import DataIssue, check_files_exist, read_eval_set, require_problems
 from .errors import UnusableInput
+from .math_verify_scoring import math_verify_available, math_verify_verdict
 
 __all__ = [
     "EvalTask",
@@ -36,8 +37,8 @@ __all__ = [
 
 
 def score_tolerance(output: str, reference: str) -> Verdict:
-    """The ``--data`` files' rule (:mod:`.answers`): the first number after the first marker (else the last
-    number), correct when it rounds to an integer reference or is within 4% of another one."""
+    """The ``--data`` files' rule (:mod:`.answers`): the answer read as the paper's GSM8K reader reads it, correct
+    when it rounds to an integer reference or is within 4% of another one."""
     found = extract_answer(output)
     if found is None:
         return Verdict(None, False)
@@ -61,9 +62,19 @@ class EvalTask:
     lines: dict[int, int] = field(default_factory=dict)
 
     def score(self, output: str, problem: Problem) -> Verdict:
+        """The paper's verdict on ``output`` (the set's reader: :mod:`.benchmarks.readers`, or the ``--data``
+        rule), with math-verify's on the same text beside it (``math_verify``, None without math-verify)."""
         if self.benchmark is None:
-            return score_tolerance(output, problem.reference)
-        return self.benchmark.score(output, problem.reference)
+            verdict = score_tolerance(output, problem.reference)
+        else:
+            verdict = self.benchmark.score(output, problem.reference)
+        letters = "" if self.benchmark is None else self.benchmark.letters
+        equivalent = math_verify_verdict(output, problem.reference, self.scoring, letters, problem.solution)
+        return replace(verdict, math_verify=equivalent)
+
+    def no_answer(self) -> Verdict:
+        """The verdict on an output that gives no answer at all (a program that failed), by both scorers."""
+        return Verdict(None, False, math_verify=False if math_verify_available() else None)
 
     @property
     def response_prefix(self) -> str:
@@ -217,6 +228,7 @@ def generation_record(
         "generation": text,
         "prediction": verdict.prediction,
         "correct": verdict.correct,
+        "math_verify_correct": verdict.math_verify,
         "defaulted": verdict.defaulted,
         "abs_error": abs_error,
         "new_tokens": new_tokens,

@@ -60,13 +60,15 @@ _PLAIN_NUMBER = re.compile(r"-?\d*\.?\d+")
 class Verdict:
     """One output scored. ``prediction``: the answer read, in canonical form (``"0.75"``, ``"\\frac{1}{2}"``,
     ``"B"``), None for no answer. ``value``: the number of a numeric answer (for the MAE). ``defaulted``: a choice
-    output without a letter, scored as ``"A"``."""
+    output without a letter, scored as ``"A"``. ``math_verify``: math-verify's verdict on the same text
+    (:mod:`~del_plugin.evaluation.math_verify_scoring`; None when it was not asked or is not installed)."""
 
     prediction: str | None
     correct: bool
     value: Decimal | None = None
     defaulted: bool = False
     correct_without_default: bool | None = None
+    math_verify: bool | None = None
 
     @property
     def answered(self) -> bool:

@@ -1,0 +1,184 @@
+"""The second scorer: Hugging Face's ``math-verify`` (symbolic and numeric equivalence: ``0.5`` is
+``\\frac{1}{2}``, ``x=3`` is ``3``), beside the paper's exact rules, which stay the default.
+
+What it is given, per problem (:func:`math_verify_inputs`):
+
+* the **prediction**: the text the paper's reader scored (the model's output; for program-of-thought, "The answer
+  is " and what the program printed, or nothing when the program failed), its last :data:`MAX_PREDICTION_CHARS`
+  characters (a runaway generation cannot make it slow: its answer is at the end), read by math-verify's own
+  extraction;
+* the **gold**: numbers (GSM8K, SVAMP, SimulEq, ``--data`` files) the reference number; MATH the last
+  ``\\boxed{...}`` of the reference solution, as written there (not our normalised form); option sets (AQuA, SAT,
+  MMLU-math) the reference letter, both read with ``StringExtractionConfig(strings=<the set's letters>)``: a
+  letter standing as a word ("B", "B.", "answer: B"; not "(B)"), and no "A" for an output without one.
+
+math-verify's timeouts are signal alarms, which work on a main thread only, and sympy can run away on a huge
+expression. So it runs in a separate process (:mod:`.math_verify_worker`), one for the whole run, started at the
+first problem: its address space is capped at 2 GiB, math-verify's own timeouts hold there, and a problem it has
+not answered within :data:`TIMEOUT_S` seconds is scored wrong and the process is replaced. It works from any thread
+and never hangs the run. Without math-verify installed, every verdict is None and reports say so in one line
+(:data:`MISSING_NOTE`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .benchmarks.latex import last_boxed
+
+LOG = logging.getLogger(__name__)
+
+__all__ = [
+    "MAX_PREDICTION_CHARS",
+    "MISSING_NOTE",
+    "TIMEOUT_S",
+    "MathVerifyScorer",
+    "math_verify_available",
+    "math_verify_inputs",
+    "math_verify_verdict",
+]
+
+MAX_PREDICTION_CHARS = 8_000
+TIMEOUT_S = 20.0
+# importing sympy and math-verify on a loaded machine
+_START_TIMEOUT_S = 120.0
+MISSING_NOTE = (
+    "math-verify accuracy not computed: math-verify is not installed (pip install 'del-plugin[eval]'); the "
+    "accuracy is the default scorer's only"
+)
+_WORKER = Path(__file__).with_name("math_verify_worker.py")
+
+
+def math_verify_available() -> bool:
+    """Whether ``math-verify`` is installed (it is imported in its own process only)."""
+    return importlib.util.find_spec("math_verify") is not None
+
+
+def math_verify_inputs(
+    output: str, reference: str, scoring: str, letters: str = "", solution: str | None = None
+) -> tuple[str, str, str]:
+    """``(gold, prediction, letters)`` as math-verify is given them (see the module docs). ``scoring``: the set's
+    (``numeric``, ``numeric-tolerance``, ``latex``, ``choice``); ``letters``: an option set's letters."""
+    prediction = output[-MAX_PREDICTION_CHARS:]
+    if scoring == "choice":
+        return reference, prediction, letters
+    if scoring == "latex":
+        boxed = last_boxed(solution) if solution else None
+        return (f"$\\boxed{{{boxed}}}$" if boxed is not None else f"${reference}$"), prediction, ""
+    return reference, prediction, ""
+
+
+class MathVerifyScorer:
+    """math-verify in its own process (see the module docs); :meth:`correct` is safe to call from any thread."""
+
+    def __init__(self, timeout_s: float = TIMEOUT_S):
+        self.timeout_s = timeout_s
+        self.timeouts = 0
+        self._process: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+        process = subprocess.Popen(
+            [sys.executable, str(_WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # math-verify logs each of its own timeouts there
+            env=env,
+            # a Ctrl-C is the run's to handle; the worker ends when its stdin closes (the run ended, however)
+            start_new_session=True,
+        )
+        reply = self._read(process, _START_TIMEOUT_S)
+        if reply is None or not reply.get("ready"):
+            self._stop(process)
+            raise RuntimeError(f"math-verify did not start ({sys.executable} {_WORKER})")
+        return process
+
+    @staticmethod
+    def _read(process: subprocess.Popen, timeout_s: float) -> dict | None:
+        """The next line of the worker as JSON, or None when none came within ``timeout_s`` (or it died)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([process.stdout], [], [], left)
+            if ready:
+                line = process.stdout.readline()
+                try:
+                    return json.loads(line) if line else None
+                except json.JSONDecodeError:
+                    return None
+
+    @staticmethod
+    def _stop(process: subprocess.Popen) -> None:
+        process.kill()
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            stream.close()
+
+    def correct(self, gold: str, prediction: str, letters: str = "") -> bool:
+        """math-verify's verdict on ``prediction`` against ``gold`` (False when it fails or runs out of time)."""
+        request = json.dumps({"gold": gold, "prediction": prediction[-MAX_PREDICTION_CHARS:], "letters": letters})
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._process = self._start()
+            try:
+                self._process.stdin.write(request.encode() + b"\n")
+                self._process.stdin.flush()
+                reply = self._read(self._process, self.timeout_s)
+            except OSError:  # the worker died (killed from outside): this problem is wrong, the next gets a new one
+                reply = None
+            except BaseException:  # a Ctrl-C while it works: its late answer must not be read as the next one's
+                self.close_unlocked()
+                raise
+            if reply is None:
+                self.timeouts += 1
+                LOG.warning(
+                    "math-verify gave no verdict within %.0f s: scored wrong, its process replaced", self.timeout_s
+                )
+                self.close_unlocked()
+                return False
+            return bool(reply.get("correct"))
+
+    def close_unlocked(self) -> None:
+        if self._process is not None:
+            self._stop(self._process)
+            self._process = None
+
+    def close(self) -> None:
+        with self._lock:
+            self.close_unlocked()
+
+
+_SCORER: MathVerifyScorer | None = None
+_SCORER_LOCK = threading.Lock()
+
+
+def _scorer() -> MathVerifyScorer:
+    global _SCORER
+    with _SCORER_LOCK:
+        if _SCORER is None:
+            _SCORER = MathVerifyScorer()
+            atexit.register(_SCORER.close)
+        return _SCORER
+
+
+def math_verify_verdict(
+    output: str, reference: str, scoring: str, letters: str = "", solution: str | None = None
+) -> bool | None:
+    """math-verify's verdict on one output (:func:`math_verify_inputs`), or None without math-verify."""
+    if not math_verify_available():
+        return None
+    gold, prediction, letters = math_verify_inputs(output, reference, scoring, letters, solution)
+    return _scorer().correct(gold, prediction, letters)

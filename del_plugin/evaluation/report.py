@@ -64,7 +64,8 @@ GENERATIONS_FILE = "generations.jsonl"
 PLOT_FILES = ("entropy_histogram.png", "place_accuracy.png", "benchmark_accuracy.png")
 # where a run that replaces another run's report (--overwrite) writes until it is complete
 STAGING_DIR = ".del-eval-new"
-EVAL_EXTRA = ("matplotlib", "tqdm")
+EVAL_EXTRA = ("matplotlib", "tqdm", "scipy")
+FOREST_PLOT = "difference_forest.png"
 
 
 def require_eval_extra() -> None:
@@ -511,9 +512,25 @@ def _plots(report: dict, out_dir: Path) -> list[Path | None]:
     return plots
 
 
-def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str] | None = None) -> dict[str, Path]:
-    """comparison.md, comparison.json and overlaid plots for ``reports``; returns the written paths by kind."""
+def compare_reports(
+    reports: Sequence[dict],
+    out_dir: Path,
+    labels: Sequence[str] | None = None,
+    *,
+    baseline_runs: int | None = None,
+    arm_labels: Sequence[str] | None = None,
+    scorer: str = "paper",
+    resamples: int | None = None,
+    seed: int | None = None,
+) -> dict[str, Path]:
+    """comparison.md, comparison.json and overlaid plots for ``reports``; returns the written paths by kind.
+
+    With two reports, or ``baseline_runs`` (the first ``baseline_runs`` reports are the baseline's runs, one per
+    seed, the others the candidate's), the verdict comes first (:func:`.verdict.compare_arms`, with its forest
+    plot); ``arm_labels`` names the two arms (default: the reports' labels with one run an arm)."""
     from .plots import plot_benchmark_accuracy, plot_entropy_histograms, plot_place_accuracy
+    from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+    from .verdict import compare_arms, plot_forest, verdict_markdown
 
     if not reports:
         raise ValueError("compare needs at least one report")
@@ -522,12 +539,46 @@ def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str
         raise ValueError(f"{len(labels)} labels for {len(reports)} reports")
     if len(set(labels)) != len(labels):
         labels = [f"{label} ({i + 1})" for i, label in enumerate(labels)]
+    if baseline_runs is None and len(reports) == 2:
+        baseline_runs = 1
+    verdict = None
+    if baseline_runs is not None:
+        if not 0 < baseline_runs < len(reports):
+            raise ValueError("a verdict needs at least one baseline run and one candidate run")
+        if arm_labels is None:
+            arm_labels = (
+                (labels[0], labels[1])
+                if len(reports) == 2
+                else (_arm_name(reports[:baseline_runs], "baseline"), _arm_name(reports[baseline_runs:], "candidate"))
+            )
+        verdict = compare_arms(
+            reports[:baseline_runs],
+            reports[baseline_runs:],
+            tuple(arm_labels),
+            scorer=scorer,
+            resamples=BOOTSTRAP_RESAMPLES if resamples is None else resamples,
+            seed=BOOTSTRAP_SEED if seed is None else seed,
+        )
+        LOG.info("verdict: %s", verdict["line"])
     out_dir = prepare_output_dir(out_dir)
     warnings = comparison_warnings(reports, labels)
     for warning in warnings:
         LOG.warning(warning)
     written = {"markdown": out_dir / "comparison.md", "json": out_dir / "comparison.json"}
-    write_text_atomic(written["markdown"], comparison_markdown(reports, labels))
+    verdict_lines: list[str] = []
+    if verdict is not None:
+        forest = plot_forest(verdict, out_dir / FOREST_PLOT)
+        if forest is not None:
+            written["forest"] = forest
+        verdict_lines = verdict_markdown(verdict, forest.name if forest is not None else None)
+    elif len(reports) > 2:
+        verdict_lines = [
+            "No verdict: give two reports, or two arms (--baseline RUN ... --candidate RUN ...), for the paired "
+            "test; nothing below is in bold.",
+            "",
+        ]
+    winners = (verdict or {}).get("winners", {})
+    write_text_atomic(written["markdown"], comparison_markdown(reports, labels, verdict_lines, winners))
     data_sets = dataset_entries(reports, labels, benchmarks=False)
     plot_set = OVERALL if OVERALL in data_sets else next(iter(data_sets), None)
     entries = data_sets[plot_set] if plot_set else [(label, r["overall"]) for label, r in zip(labels, reports)]
@@ -551,12 +602,13 @@ def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str
             "The paper's benchmarks: accuracy",
         )
     written.update({kind: path for kind, path in plots.items() if path is not None})
-    for name in PLOT_FILES:  # an earlier comparison's plot this one does not have
+    for name in (*PLOT_FILES, FOREST_PLOT):  # an earlier comparison's plot this one does not have
         if out_dir / name not in written.values():
             (out_dir / name).unlink(missing_ok=True)
     summary = {
         "schema": SCHEMA + "/comparison",
         "warnings": warnings,
+        "verdict": verdict,
         "models": [
             {
                 "label": label,
@@ -579,3 +631,9 @@ def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str
     }
     write_json_atomic(written["json"], summary)
     return written
+
+
+def _arm_name(reports: Sequence[dict], fallback: str) -> str:
+    """An arm's label: the name its runs share, else ``fallback``."""
+    names = {r.get("name") for r in reports}
+    return names.pop() if len(names) == 1 and None not in names else fallback

@@ -383,7 +383,7 @@ def test_score_command_line_and_a_bad_predictions_file(benchmark_dir, tmp_path, 
         == 0
     )
     printed = capsys.readouterr().out
-    assert "| SVAMP | 3 of 1,000 | 33.3% | 1 |" in printed and "mACC (1 of 7 sets, partial coverage)" in printed
+    assert "| SVAMP | 3 of 1,000 | 33.3% | 33.3 | 1 |" in printed and "mACC (1 of 7 sets, partial coverage)" in printed
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 0, "output": "x"}\n{"id": 0, "output": "y"}\nnot json\n{"id": 5000, "output": "z"}\n')
     assert cli.main(["score", "--benchmark", "svamp", "--predictions", str(bad), "--out", str(tmp_path / "b")]) == 3

@@ -346,7 +346,7 @@ def _compare(args: argparse.Namespace) -> int:
                 "(or two reports, baseline first)"
             )
         paths = [*args.baseline, *args.candidate]
-        arms["baseline_runs"] = len(args.baseline)
+        arms["arms"] = (range(len(args.baseline)), range(len(args.baseline), len(paths)))
         labels = None
         if args.labels:
             if len(args.labels) != 2:

@@ -517,7 +517,7 @@ def compare_reports(
     out_dir: Path,
     labels: Sequence[str] | None = None,
     *,
-    baseline_runs: int | None = None,
+    arms: tuple[Sequence[int], Sequence[int]] | None = None,
     arm_labels: Sequence[str] | None = None,
     scorer: str = "paper",
     resamples: int | None = None,
@@ -525,9 +525,9 @@ def compare_reports(
 ) -> dict[str, Path]:
     """comparison.md, comparison.json and overlaid plots for ``reports``; returns the written paths by kind.
 
-    With two reports, or ``baseline_runs`` (the first ``baseline_runs`` reports are the baseline's runs, one per
-    seed, the others the candidate's), the verdict comes first (:func:`.verdict.compare_arms`, with its forest
-    plot); ``arm_labels`` names the two arms (default: the reports' labels with one run an arm)."""
+    With two reports (baseline first), or ``arms`` (the indices of the baseline's runs and of the candidate's, one
+    run per seed), the verdict comes first (:func:`.verdict.compare_arms`, with its forest plot); ``arm_labels``
+    names the two arms (default: the reports' labels with one run an arm, else the name the arm's runs share)."""
     from .plots import plot_benchmark_accuracy, plot_entropy_histograms, plot_place_accuracy
     from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
     from .verdict import compare_arms, plot_forest, verdict_markdown
@@ -539,21 +539,23 @@ def compare_reports(
         raise ValueError(f"{len(labels)} labels for {len(reports)} reports")
     if len(set(labels)) != len(labels):
         labels = [f"{label} ({i + 1})" for i, label in enumerate(labels)]
-    if baseline_runs is None and len(reports) == 2:
-        baseline_runs = 1
+    if arms is None and len(reports) == 2:
+        arms = ([0], [1])
     verdict = None
-    if baseline_runs is not None:
-        if not 0 < baseline_runs < len(reports):
+    if arms is not None:
+        baseline, candidate = ([reports[i] for i in arm] for arm in arms)
+        if not (baseline and candidate):
             raise ValueError("a verdict needs at least one baseline run and one candidate run")
         if arm_labels is None:
+            single = len(baseline) == len(candidate) == 1
             arm_labels = (
-                (labels[0], labels[1])
-                if len(reports) == 2
-                else (_arm_name(reports[:baseline_runs], "baseline"), _arm_name(reports[baseline_runs:], "candidate"))
+                (labels[arms[0][0]], labels[arms[1][0]])
+                if single
+                else (_arm_name(baseline, "baseline"), _arm_name(candidate, "candidate"))
             )
         verdict = compare_arms(
-            reports[:baseline_runs],
-            reports[baseline_runs:],
+            baseline,
+            candidate,
             tuple(arm_labels),
             scorer=scorer,
             resamples=BOOTSTRAP_RESAMPLES if resamples is None else resamples,

@@ -246,10 +246,13 @@ def compare_arms(
         diff = float(outcomes.candidate.mean() - outcomes.baseline.mean())
         low, high = Bootstrap.interval(boot.difference[k])
         discordant = _discordant(outcomes.baseline, outcomes.candidate)
-        if single:
-            se_null = discordance_se(discordant["candidate_only"], discordant["baseline_only"], len(ids))
-        else:
-            se_null = float(boot.difference[k].std(ddof=1))
+        se_null = float(boot.difference[k].std(ddof=1))
+        if discordant is not None:  # from the discordant pairs, averaged over the seed pairs (at least one pair)
+            pairs = outcomes.baseline.shape[0]
+            from_discordance = discordance_se(
+                discordant["candidate_only"], discordant["baseline_only"], len(ids) * pairs
+            )
+            se_null = from_discordance if single else max(se_null, from_discordance)
         sets.append(
             {
                 "name": name,

@@ -217,7 +217,7 @@ def test_the_extras_a_user_installs_are_ranges_that_admit_the_tested_versions():
             assert not any(s.operator in ("==", "===") for s in requirement.specifier), line
             if requirement.name in locked:
                 assert locked[requirement.name] in requirement.specifier, (line, locked[requirement.name])
-    assert setup["options.extras_require"]["eval"].split() == ["matplotlib>=3.8,<4", "tqdm>=4.66,<5"]
+    assert setup["options.extras_require"]["eval"].split() == ["matplotlib>=3.8,<4", "tqdm>=4.66,<5", "scipy>=1.11,<2"]
 
 
 INSTALL = re.compile(r"""pip install (?:-e )?["']?([^\s"'`\[]*del-plugin)\b""")

@@ -12,7 +12,9 @@ benchmarks, and side-by-side comparison of reports.
 run writes DIR/report.json, report.md, generations.jsonl and plots, and resumes a stopped (or killed) run in the
 same DIR; a report of another run there is kept unless --overwrite. score scores generations made elsewhere
 ({"id", "output"} per line) without a model. compare writes DIR/comparison.md, comparison.json and the same plots
-with one entry per report. Models are read from a folder or the Hugging Face cache: nothing is downloaded.
+with one entry per report; for two reports (or --baseline/--candidate runs) the verdict first: the paired
+difference per set and in mACC with 95 % intervals, McNemar's p and whether the sample resolves it. Models are
+read from a folder or the Hugging Face cache: nothing is downloaded.
 docs/evaluation.md has the details: the scoring rules per benchmark, the report schema, the program-of-thought
 sandbox and its limits.
 

@@ -26,7 +26,7 @@ from del_plugin.evaluation.stats import (
     paired_bootstrap,
     sign_test_p,
 )
-from del_plugin.evaluation.verdict import compare_arms
+from del_plugin.evaluation.verdict import compare_arms, log_error
 
 Z = 1.959963984540054  # the normal 0.975 quantile
 
@@ -243,3 +243,107 @@ def test_seven_sets_mean_is_stratified(tmp_path):
         d = c - b
         var += d.var() / len(d)
     assert boot.mean_difference.std(ddof=1) == pytest.approx(math.sqrt(var) / len(sizes), rel=0.08)
+
+
+def _two_sets(tmp_path, name: str, right: dict[str, set[int]], n: int):
+    """One report of GSM8K's and SVAMP's first ``n`` problems (two del-eval score reports merged into one folder, as
+    one run of two sets writes it), right exactly on ``right[set]``."""
+    parts = {}
+    for benchmark in ("gsm8k", "svamp"):
+        refs = [p.reference for p in load_benchmark(benchmark).problems]
+        outputs = [
+            {"id": i, "output": f"The answer is {refs[i] if i in right[benchmark] else refs[i] + '1'}"}
+            for i in range(n)
+        ]
+        parts[benchmark] = tmp_path / f"{name}-{benchmark}"
+        score_predictions(benchmark, outputs, parts[benchmark], name=name)
+    out = tmp_path / name
+    out.mkdir()
+    report = load_report(parts["gsm8k"])
+    report["datasets"] += load_report(parts["svamp"])["datasets"]
+    report.pop("_path")
+    (out / "report.json").write_text(json.dumps(report))
+    generations = "".join((parts[b] / "generations.jsonl").read_text() for b in parts)
+    (out / "generations.jsonl").write_text(generations)
+    return out
+
+
+def test_the_mean_over_sets_and_holm_across_them(tmp_path):
+    n = 400
+    mle = _two_sets(tmp_path, "MLE", {"gsm8k": set(range(100)), "svamp": set(range(200))}, n)
+    dels = _two_sets(tmp_path, "DEL", {"gsm8k": set(range(40, 180)), "svamp": set(range(190))}, n)
+    verdict = compare_arms([load_report(mle)], [load_report(dels)], ("MLE", "DEL"))
+    gsm8k, svamp = verdict["sets"]
+    assert (gsm8k["title"], svamp["title"]) == ("GSM8K", "SVAMP")  # the paper's order
+    assert gsm8k["discordant"] == {"candidate_only": 80, "baseline_only": 40}
+    assert svamp["discordant"] == {"candidate_only": 0, "baseline_only": 10}
+    raw = [_exact_two_sided(80, 40), _exact_two_sided(0, 10)]
+    assert [gsm8k["p"], svamp["p"]] == pytest.approx(raw)
+    assert [gsm8k["holm_p"], svamp["holm_p"]] == pytest.approx([2 * min(raw), max(raw)])  # Holm with two tests
+    summary = verdict["summary"]
+    assert summary["name"] == "mACC (2 of 7 sets)"
+    assert summary["difference"]["value"] == pytest.approx((0.10 - 0.025) / 2)
+    se = math.sqrt((120 - 40**2 / n) + (10 - 10**2 / n)) / n / 2  # the two sets' paired variances, added
+    assert summary["difference"]["low"] == pytest.approx(summary["difference"]["value"] - Z * se, abs=0.004)
+    assert summary["difference"]["high"] == pytest.approx(summary["difference"]["value"] + Z * se, abs=0.004)
+    assert summary["detectable"] == pytest.approx((Z + 0.8416212335729143) * math.sqrt(120 + 10) / n / 2)
+    assert verdict["line"].startswith(
+        f"DEL - MLE: {100 * summary['difference']['value']:+.1f} mACC (2 of 7 sets) points [+"
+    )
+    # each set resolved on its own, in opposite directions: the line says which way each went
+    assert "resolved: DEL is better (sets resolved on their own: GSM8K for DEL, SVAMP for MLE)" in verdict["line"]
+
+
+def test_a_report_without_its_generations_cannot_be_paired(tmp_path, gsm8k_references):
+    a = _scored(tmp_path, gsm8k_references, "A", {0}, 3)
+    b = _scored(tmp_path, gsm8k_references, "B", {1}, 3)
+    (b / "generations.jsonl").unlink()
+    verdict = compare_arms([load_report(a)], [load_report(b)], ("A", "B"))
+    assert verdict["sets"] == [] and verdict["line"].startswith("B - A: cannot be tested: ")
+    assert (
+        "generations.jsonl is missing, and without each problem's verdict the runs cannot be paired" in verdict["line"]
+    )
+
+
+def _data_report(folder, name: str, rows: list[dict]):
+    """A run's report on one --data set, written as del-eval writes it (report.json beside generations.jsonl)."""
+    from del_plugin.evaluation.report import SCHEMA
+
+    folder.mkdir(parents=True)
+    right = sum(r["correct"] for r in rows)
+    errors = [r["abs_error"] for r in rows]
+    entry = {
+        "name": "heldout",
+        "benchmark": None,
+        "scoring": "numeric-tolerance",
+        "status": "complete",
+        "evaluated": len(rows),
+        "issues": [],
+        "coverage": None,
+        "generation": {"n": len(rows), "correct": right, "accuracy": right / len(rows), "mae": sum(errors) / len(rows)}
+        | {"log_mae": sum(map(log_error, rows)) / len(rows)},
+        "teacher_forced": None,
+    }
+    report = {"schema": SCHEMA, "name": name, "status": "complete", "model": {}, "settings": {}, "datasets": [entry]}
+    report |= {"macc": None, "overall": {"generation": None, "teacher_forced": None}}
+    (folder / "report.json").write_text(json.dumps(report))
+    lines = [json.dumps({"dataset": "heldout", "id": i} | r) for i, r in enumerate(rows)]
+    (folder / "generations.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_a_data_set_bolds_only_what_a_paired_test_resolves(tmp_path, capsys):
+    # the same problems right (accuracy tied), DEL's numbers closer on all 12: MAE resolved by the sign test
+    rows = lambda error: [  # noqa: E731
+        {"correct": i < 3, "prediction": str(10 + error), "reference": "10", "abs_error": float(error)}
+        for i in range(12)
+    ]
+    mle = _data_report(tmp_path / "mle", "MLE", rows(2))
+    dels = _data_report(tmp_path / "del", "DEL", rows(1))
+    assert cli.main(["compare", str(mle), str(dels), "--out", str(tmp_path / "c")]) == 0
+    table = capsys.readouterr().out.split("## heldout")[1]
+    se = 100 * math.sqrt(0.25 * 0.75 / 11)  # 13.1
+    log_mle, log_del = math.log(13) - math.log(11), math.log(12) - math.log(11)  # |s(p) - s(10)|, by hand
+    assert f"| MLE | 12 | 25.0% | {se:.1f} | – | 2.000 | {log_mle:.3f} | – | – |" in table
+    assert f"| DEL | 12 | 25.0% | {se:.1f} | – | **1.000** | **{log_del:.3f}** | – | – |" in table
+    assert sign_test_p(12, 0) < 0.05 and table.count("**") == 4  # MAE and log-MAE, both 12 to 0

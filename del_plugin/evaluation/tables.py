@@ -123,7 +123,7 @@ def _bold_resolved(entries: list[tuple[str, dict]], rows: list[list[str]], winne
     for column, label in winners.items():
         col = 1 + _COLUMNS.index(column)
         for row, (row_label, _) in zip(rows, entries):
-            if row_label == label:
+            if row_label == label and row[col] != fmt(None):
                 row[col] = f"**{row[col]}**"
 
 

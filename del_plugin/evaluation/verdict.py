@@ -361,7 +361,7 @@ def _verdict_line(result: dict, base_label: str, cand_label: str) -> str:
     if summary["resolved"]:
         line = f"{head}, resolved: {summary['better']} is better"
         if len(result["sets"]) > 1:
-            won = [s["title"] for s in result["sets"] if s["resolved"]]
+            won = [f"{s['title']} for {s['better']}" for s in result["sets"] if s["resolved"]]
             line += f" (sets resolved on their own: {', '.join(won)})" if won else " (no set resolved on its own)"
         return line
     return (
@@ -465,12 +465,20 @@ def plot_forest(verdict: dict, path: Path) -> Path | None:
             color=color,
             capsize=4,
         )
-        ax.plot([-100 * s["detectable"], 100 * s["detectable"]], [y, y], color="C1", alpha=0.25, linewidth=8)
+        ax.plot(
+            [-100 * s["detectable"], 100 * s["detectable"]],
+            [y, y],
+            color="C1",
+            alpha=0.25,
+            linewidth=8,
+            solid_capstyle="butt",
+        )
     ax.axvline(0, color="black", linewidth=1)
     ax.set_yticks(range(len(entries)))
     ax.set_yticklabels([s["title"] for s in reversed(entries)])
     ax.set_ylim(-0.7, len(entries) - 0.3)
     base, cand = verdict["baseline"]["label"], verdict["candidate"]["label"]
     ax.set_xlabel(f"{cand} - {base}, accuracy points (95 % interval; shaded: ± detectable difference)")
+    ax.set_title(f"{cand} - {base}: blue where resolved, grey inside the noise ({verdict['scorer']} scorer)")
     ax.grid(alpha=0.3, axis="x")
     return save_figure(fig, path)

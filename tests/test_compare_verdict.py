@@ -347,3 +347,21 @@ def test_a_data_set_bolds_only_what_a_paired_test_resolves(tmp_path, capsys):
     assert f"| MLE | 12 | 25.0% | {se:.1f} | – | 2.000 | {log_mle:.3f} | – | – |" in table
     assert f"| DEL | 12 | 25.0% | {se:.1f} | – | **1.000** | **{log_del:.3f}** | – | – |" in table
     assert sign_test_p(12, 0) < 0.05 and table.count("**") == 4  # MAE and log-MAE, both 12 to 0
+
+
+def test_the_sweeps_report_the_same_verdict_per_setting(tmp_path, gsm8k_references):
+    """The demo's sweep and paper-regime report: each setting's runs (one per seed) against the reference's, as
+    ``del-eval compare --baseline --candidate`` puts them; a setting whose runs kept no generations is left out."""
+    from del_plugin.demo.efficacy import compare_verdicts
+
+    mle = _matrix_reports(tmp_path, gsm8k_references, "MLE", [set(range(10)), set(range(12))], 40)
+    dels = _matrix_reports(tmp_path, gsm8k_references, "DEL", [set(range(20)), set(range(25))], 40)
+    runs = [{"setting": "del:0", "seed": s, "generations": str(p / "generations.jsonl")} for s, p in enumerate(mle)]
+    runs += [{"setting": "del:0.1", "seed": s, "generations": str(p / "generations.jsonl")} for s, p in enumerate(dels)]
+    runs += [{"setting": "ntl_was:0.3", "seed": 0}]
+    verdicts = compare_verdicts(runs, "del:0")
+    assert list(verdicts) == ["del:0.1"]
+    direct = compare_arms([load_report(p) for p in mle], [load_report(p) for p in dels], ("del:0", "del:0.1"))
+    assert verdicts["del:0.1"]["line"] == direct["line"]
+    pooled = 100 * ((20 + 25) / 80 - (10 + 12) / 80)  # each arm's accuracy pooled over its two seeds
+    assert verdicts["del:0.1"]["line"].startswith(f"del:0.1 - del:0: {pooled:+.1f} GSM8K points [")

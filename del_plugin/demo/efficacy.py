@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..evaluation.stats import holm, mean_ci, sign_test_p
-from ..evaluation.verdict import log_error, tf_digit_accuracy
+from ..evaluation.verdict import log_error, tf_digit_accuracy, verdict_markdown
 from .findings import paired_lower
 
 __all__ = [
     "METRICS",
     "Metric",
     "aggregate",
+    "compare_verdicts",
     "paired_comparisons",
     "plot_paired",
     "plot_sweep",
@@ -159,6 +160,36 @@ def paired_comparisons(runs: Sequence[dict], reference: str, metrics: Sequence[M
     return out
 
 
+def compare_verdicts(runs: Sequence[dict], reference: str) -> dict[str, dict]:
+    """Per setting, ``del-eval compare``'s verdict against ``reference``: its runs (one per seed) against the
+    reference's, paired problem by problem, the problems and the seeds resampled. A setting whose reports cannot be
+    read gets the verdict's "cannot be tested" line; one whose runs record no generations is left out."""
+    from ..evaluation.report import load_report
+    from ..evaluation.verdict import compare_arms
+
+    by_setting: dict[str, list[dict]] = {}
+    for run in runs:
+        by_setting.setdefault(run["setting"], []).append(run)
+    out: dict[str, dict] = {}
+    for setting, group in by_setting.items():
+        if setting == reference or reference not in by_setting:
+            continue
+        if not all(r.get("generations") for r in (*by_setting[reference], *group)):
+            continue  # runs recorded without their generations: nothing to pair
+        try:
+            reports = [
+                [load_report(Path(r["generations"]).parent / "report.json") for r in arm]
+                for arm in (by_setting[reference], group)
+            ]
+        except (OSError, ValueError) as err:
+            line = f"{setting} - {reference}: cannot be tested: {err}"
+            labels = {"baseline": {"label": reference}, "candidate": {"label": setting}}
+            out[setting] = {"line": line, "sets": [], "notes": [], **labels}
+            continue
+        out[setting] = compare_arms(reports[0], reports[1], (reference, setting))
+    return out
+
+
 def _interval(m: Metric, stats: dict, signed: bool = False) -> str:
     if stats["mean"] is None:
         return "n/a"
@@ -247,6 +278,9 @@ def results_markdown(
     paired = paired_table(runs, reference, metrics)
     if paired:
         lines += ["", f"## Paired against {reference}, same seeds", "", PAIRED_LEGEND, ""] + paired
+    for setting, verdict in compare_verdicts(runs, reference).items():
+        lines += ["", f"## Accuracy, {setting} against {reference}: `del-eval compare --baseline --candidate`", ""]
+        lines += verdict_markdown(verdict)[2:]  # without its own heading
     lines += ["", "## Every run", ""] + runs_table(runs, metrics)
     return "\n".join(lines) + "\n"
 

@@ -19,6 +19,7 @@ from .efficacy import (
     PAIRED_LEGEND,
     Metric,
     aggregate,
+    compare_verdicts,
     paired_comparisons,
     paired_table,
     per_setting_table,
@@ -118,34 +119,6 @@ def _throughput_lines(runs: list[dict]) -> list[str]:
     return lines
 
 
-def _verdicts(runs: list[dict]) -> dict[str, dict]:
-    """Per setting, ``del-eval compare``'s verdict against the reference: its runs (one per seed) against the
-    reference's, paired problem by problem, the problems and the seeds resampled. A setting whose reports cannot be
-    read gets the verdict's "cannot be tested" line."""
-    from ..evaluation.report import load_report
-    from ..evaluation.verdict import compare_arms
-
-    by_setting: dict[str, list[dict]] = {}
-    for run in runs:
-        by_setting.setdefault(run["setting"], []).append(run)
-    out: dict[str, dict] = {}
-    for setting, group in by_setting.items():
-        if setting == REFERENCE or REFERENCE not in by_setting:
-            continue
-        try:
-            reports = [
-                [load_report(Path(r["generations"]).parent / "report.json") for r in arm]
-                for arm in (by_setting[REFERENCE], group)
-            ]
-        except (OSError, ValueError) as err:
-            line = f"{setting} - {REFERENCE}: cannot be tested: {err}"
-            labels = {"baseline": {"label": REFERENCE}, "candidate": {"label": setting}}
-            out[setting] = {"line": line, "sets": [], "notes": [], **labels}
-            continue
-        out[setting] = compare_arms(reports[0], reports[1], (REFERENCE, setting))
-    return out
-
-
 def write_report(out: Path, profile: Profile, runs: list[dict], argv: list[str], wall: float | None) -> list[Path]:
     """results.md, summary.json and runs.csv in ``out`` from the finished runs (and a plot of the paired
     differences); the files written ([] when no run has finished)."""
@@ -189,7 +162,7 @@ def write_report(out: Path, profile: Profile, runs: list[dict], argv: list[str],
         paired = paired_table(regime_runs, REFERENCE, digits)
         if paired:
             lines += ["", f"### Numbers and digits, paired against {REFERENCE}", ""] + paired
-        verdicts = _verdicts(regime_runs)
+        verdicts = compare_verdicts(regime_runs, REFERENCE)
         for setting, verdict in verdicts.items():
             lines += ["", f"### Accuracy, {setting} against {REFERENCE}: `del-eval compare --baseline --candidate`", ""]
             lines += verdict_markdown(verdict)[2:]  # without its own heading

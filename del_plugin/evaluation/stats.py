@@ -162,10 +162,11 @@ class Bootstrap:
 def _resampled_means(outcomes: np.ndarray, seed_weights: np.ndarray, problems: np.ndarray) -> np.ndarray:
     """Per resample, the mean of ``outcomes`` (seeds x problems, 0/1) over the resampled seeds (``seed_weights``:
     resamples x seeds, how often each seed is drawn) and problems (``problems``: resamples x n indices)."""
+    n = problems.shape[1]
     if outcomes.shape[0] == 1:  # one run: no seed to resample
-        return outcomes[0][problems].mean(axis=1)
-    per_seed = np.stack([row[problems].sum(axis=1) for row in outcomes], axis=1)  # resamples x seeds: right ones
-    return (seed_weights * per_seed).sum(axis=1) / (seed_weights.sum(axis=1) * problems.shape[1])
+        return outcomes[0][problems].sum(axis=1, dtype=np.int64) / n
+    per_seed = np.stack([row[problems].sum(axis=1, dtype=np.int64) for row in outcomes], axis=1)  # right ones
+    return (seed_weights * per_seed).sum(axis=1) / (seed_weights.sum(axis=1) * n)
 
 
 def paired_bootstrap(
@@ -181,6 +182,8 @@ def paired_bootstrap(
         raise ValueError("nothing to resample: no set has problems both arms scored")
     rng = np.random.default_rng(seed)
     seeds_a, seeds_b = sets[0].baseline.shape[0], sets[0].candidate.shape[0]
+    # 0/1 outcomes as bytes: gathering them is the bootstrap's work, and bytes move fastest
+    small = [(s.baseline.astype(np.int8), s.candidate.astype(np.int8)) for s in sets]
     base = np.empty((len(sets), resamples))
     cand = np.empty((len(sets), resamples))
     for start in range(0, resamples, _BLOCK):
@@ -189,8 +192,8 @@ def paired_bootstrap(
         weights_b = rng.multinomial(seeds_b, [1 / seeds_b] * seeds_b, size=size).astype(np.float64)
         for k, outcomes in enumerate(sets):
             problems = rng.integers(0, outcomes.n, size=(size, outcomes.n))
-            base[k, start : start + size] = _resampled_means(outcomes.baseline, weights_a, problems)
-            cand[k, start : start + size] = _resampled_means(outcomes.candidate, weights_b, problems)
+            base[k, start : start + size] = _resampled_means(small[k][0], weights_a, problems)
+            cand[k, start : start + size] = _resampled_means(small[k][1], weights_b, problems)
     return Bootstrap(
         baseline=base,
         candidate=cand,

@@ -525,7 +525,7 @@ def test_math_verify_beside_the_paper_on_hand_checked_outputs(name, benchmark_di
         "disagreements": sorted(i for i, _, paper, equivalent in rows if paper != equivalent),
     }
     markdown = (tmp_path / "out" / "report.md").read_text()
-    assert "| set | problems | accuracy | math-verify |" in markdown
+    assert "| set | problems | accuracy | ± SE | math-verify |" in markdown
     assert f"| {100 * right / len(rows):.1f}% |" in markdown
 
 
@@ -547,7 +547,7 @@ def test_the_math_verify_column_is_absent_without_math_verify(benchmark_dir, tmp
     (record,) = map(json.loads, (tmp_path / "out" / "generations.jsonl").read_text().splitlines())
     assert record["correct"] is True and record["math_verify_correct"] is None
     markdown = (tmp_path / "out" / "report.md").read_text()
-    assert "| set | problems | accuracy | no answer |" in markdown and "| math-verify |" not in markdown
+    assert "| set | problems | accuracy | ± SE | no answer |" in markdown and "| math-verify |" not in markdown
     assert math_verify_scoring.MISSING_NOTE in markdown
 
 
@@ -583,7 +583,8 @@ def test_score_command_line_and_a_bad_predictions_file(benchmark_dir, tmp_path, 
         == 0
     )
     printed = capsys.readouterr().out
-    assert "| SVAMP | 3 of 1,000 | 33.3% | 33.3% | 1 |" in printed and "mACC (1 of 7 sets, partial coverage)" in printed
+    assert "| SVAMP | 3 of 1,000 | 33.3% | 33.3 | 33.3% | 1 |" in printed
+    assert "mACC (1 of 7 sets, partial coverage)" in printed
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 0, "output": "x"}\n{"id": 0, "output": "y"}\nnot json\n{"id": 5000, "output": "z"}\n')
     assert cli.main(["score", "--benchmark", "svamp", "--predictions", str(bad), "--out", str(tmp_path / "b")]) == 3

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from del_plugin.demo.findings import findings_text, paired_lower, paired_outcomes, sign_test_p_value
+from del_plugin.demo.findings import accuracy_difference_interval, findings_text, paired_lower, paired_outcomes
 from del_plugin.demo.problems import (
     TEMPLATES,
     format_number,
@@ -19,6 +19,7 @@ from del_plugin.demo.problems import (
 )
 from del_plugin.evaluation.answers import extract_answer, find_numbers, is_correct
 from del_plugin.evaluation.data import read_eval_set
+from del_plugin.evaluation.stats import sign_test_p
 
 # The arithmetic of each template, recomputed from the numbers as they appear in the question text.
 ORACLES = {
@@ -119,10 +120,10 @@ def test_axolotl_accepts_the_demo_configs(tmp_path):
 
 
 def test_sign_test_against_hand_worked_values():
-    assert sign_test_p_value(0, 0) == 1.0
-    assert sign_test_p_value(0, 6) == pytest.approx(2 / 64)
-    assert sign_test_p_value(5, 1) == pytest.approx(2 * 7 / 64)  # (C(6,0) + C(6,1)) / 2^6, both tails
-    assert sign_test_p_value(3, 3) == 1.0
+    assert sign_test_p(0, 0) == 1.0
+    assert sign_test_p(0, 6) == pytest.approx(2 / 64)
+    assert sign_test_p(5, 1) == pytest.approx(2 * 7 / 64)  # (C(6,0) + C(6,1)) / 2^6, both tails
+    assert sign_test_p(3, 3) == 1.0
 
 
 def test_paired_outcomes(tmp_path):
@@ -179,7 +180,9 @@ def test_findings_follow_the_numbers(tmp_path, del_right):
     reports = {"base": _report(0, n, 9.0, 2.0), "MLE": _report(1, n, 5.0, 1.5), "DEL": _report(del_right, n, 4.0, 1.0)}
     text = " ".join(findings_text(reports, generations, alpha=0.1))
     if del_right == 12:  # 11 problems only DEL got right, none only MLE: p = 2 / 2^11
-        assert "DEL is better than MLE on accuracy (+55.0 points)" in text
+        low, high = (100 * x for x in accuracy_difference_interval(generations["MLE"], generations["DEL"]))
+        assert 0 < low < 55 < high  # the paired bootstrap's interval, which excludes 0
+        assert f"DEL is better than MLE on accuracy (+55.0 points, 95 % interval [{low:+.1f}, {high:+.1f}])" in text
         assert f"p = {2 / 2**11:.3f}" in text
     else:
         assert "no significant difference" in text and "DEL is better" not in text

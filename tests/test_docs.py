@@ -220,6 +220,7 @@ def test_the_extras_a_user_installs_are_ranges_that_admit_the_tested_versions():
     assert setup["options.extras_require"]["eval"].split() == [
         "matplotlib>=3.8,<4",
         "tqdm>=4.66,<5",
+        "scipy>=1.11,<2",
         "math-verify[antlr4_13_2]>=0.9,<0.10",
     ]
 

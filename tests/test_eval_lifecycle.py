@@ -638,7 +638,9 @@ def test_compare_ranks_only_what_the_reports_scored_alike(tmp_path, capsys, capl
 
     assert cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "ab")]) == 0
     markdown = (tmp_path / "ab" / "comparison.md").read_text()
-    assert "| A | **100.0%** | **100.0%** |" in markdown  # the same two problems: ranked
+    # the same two problems: comparable, but one problem apart decides nothing, so nothing is bold
+    assert "| A | 100.0% | 100.0% |" in markdown and "| B | 50.0% | 50.0% |" in markdown
+    assert "B - A: -50.0 GSM8K points [" in markdown and ", not resolved: " in markdown
     assert "partial coverage: GSM8K 2 of 1,319 problems" in markdown
 
     assert cli.main(["compare", str(a), str(c), str(svamp), "--out", str(tmp_path / "acd")]) == 0

@@ -167,6 +167,10 @@ def test_score_lm_eval_samples_reproduces_lm_eval_and_compares_with_del_eval_run
     compared = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
     maccs = [m["macc"]["value"] for m in compared["models"]]
     assert maccs[0] == pytest.approx(maccs[1])
+    # and its verdict pairs them problem by problem: the same verdict on every problem, no discordant pair
+    verdict = compared["verdict"]
+    assert [s["discordant"] for s in verdict["sets"]] == [{"candidate_only": 0, "baseline_only": 0}] * 7
+    assert verdict["summary"]["difference"]["value"] == 0 and not verdict["summary"]["resolved"]
 
 
 def test_lm_eval_gsm8k_samples_are_matched_to_gsm8k_by_question(lm_eval_run, tmp_path):

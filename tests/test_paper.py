@@ -338,6 +338,9 @@ def test_the_report_pairs_each_setting_with_mle_on_the_same_seed(tmp_path):
     assert "| del:1.28 | 2 | -20.0 [" in text  # GSM8K: mean of -10 and -30 points
     assert "| base model (no fine-tune) | - | 10.0 | 25.0 | 17.5 |" in text  # GSM8K, AQuA, mACC
     assert "| paper | del:1.28 | 43 | 8 | 2 | 3,000 | 1 min 00 s | 50.0 | 0 min 30 s |" in text
+    # del-eval compare's verdict per setting; these hand-made reports hold no problems, and the report says so
+    assert "### Accuracy, del:1.28 against del:0: `del-eval compare --baseline --candidate`" in text
+    assert "del:1.28 - del:0: cannot be tested: " in text
 
 
 @pytest.mark.e2e

@@ -7,30 +7,31 @@ held-out problems. The comparisons use that pairing twice:
 * **per seed**: the difference ``setting - reference`` of a metric on the same seed, then the mean of the
   differences and a 95 % t-interval over seeds (``n - 1`` degrees of freedom; with 3 seeds the t factor is 4.30);
 * **per problem**: on each (seed, held-out problem), which of the two runs did better; the counts are pooled over
-  the seeds and put through the exact two-sided sign test of :mod:`.findings`. Pooling treats the (seed, problem)
-  pairs as independent, which they are not quite (the same problem recurs once per seed), so read those p-values
-  as a screen; the seed-level interval is the conservative one.
+  the seeds and put through the exact two-sided sign test. Pooling treats the (seed, problem) pairs as
+  independent, which they are not quite (the same problem recurs once per seed), so read those p-values as a
+  screen; the seed-level interval is the conservative one.
 
-Nothing here imports torch or Axolotl (the tests run it on hand-made results).
+The statistics are del-eval's (:mod:`del_plugin.evaluation.stats`, on scipy), the ones ``del-eval compare`` uses.
+Nothing here trains or loads a model (the tests run it on hand-made results).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .findings import paired_lower, sign_test_p_value
+from ..evaluation.stats import holm, mean_ci, sign_test_p
+from ..evaluation.verdict import log_error, tf_digit_accuracy, verdict_markdown
+from .findings import paired_lower
 
 __all__ = [
     "METRICS",
     "Metric",
     "aggregate",
-    "holm",
-    "mean_ci",
+    "compare_verdicts",
     "paired_comparisons",
     "plot_paired",
     "plot_sweep",
@@ -39,93 +40,7 @@ __all__ = [
     "results_markdown",
     "runs_table",
     "run_metrics",
-    "t_quantile",
 ]
-
-# Two-sided 95 % quantiles of Student's t, df 1..30 (scipy.stats.t.ppf(0.975, df), rounded to 4 decimals).
-_T975 = (
-    12.7062,
-    4.3027,
-    3.1824,
-    2.7764,
-    2.5706,
-    2.4469,
-    2.3646,
-    2.3060,
-    2.2622,
-    2.2281,
-    2.2010,
-    2.1788,
-    2.1604,
-    2.1448,
-    2.1314,
-    2.1199,
-    2.1098,
-    2.1009,
-    2.0930,
-    2.0860,
-    2.0796,
-    2.0739,
-    2.0687,
-    2.0639,
-    2.0595,
-    2.0555,
-    2.0518,
-    2.0484,
-    2.0452,
-    2.0423,
-)
-
-
-def t_quantile(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (the half-width factor of a 95 % interval)."""
-    if df < 1:
-        raise ValueError(f"df must be >= 1, got {df}")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    try:
-        from scipy.stats import t
-    except ImportError:  # the normal quantile is within 2 % of t's beyond 30 degrees of freedom
-        return 1.96
-    return float(t.ppf(0.975, df))
-
-
-def mean_ci(values: Sequence[float]) -> dict:
-    """Mean, sample standard deviation and 95 % t-interval of ``values`` (None values are left out); with one value
-    the interval is None."""
-    values = [float(v) for v in values if v is not None]
-    n = len(values)
-    if n == 0:
-        return {"n": 0, "mean": None, "sd": None, "low": None, "high": None}
-    mean = statistics.fmean(values)
-    if n == 1:
-        return {"n": 1, "mean": mean, "sd": None, "low": None, "high": None}
-    sd = statistics.stdev(values)
-    half = t_quantile(n - 1) * sd / math.sqrt(n)
-    return {"n": n, "mean": mean, "sd": sd, "low": mean - half, "high": mean + half}
-
-
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (same order as given): controls the chance of any false positive among
-    all the tests at once."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    adjusted = [1.0] * len(p_values)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
-
-
-def _log_error(row: dict) -> float | None:
-    if row.get("prediction") is None or row.get("abs_error") is None:  # no number, or a LaTeX / option answer
-        return None
-    s = lambda x: math.copysign(math.log1p(abs(x)), x)  # noqa: E731 - metrics.log_transform, without torch
-    return abs(s(float(row["prediction"])) - s(float(row["reference"])))
-
-
-def _tf_accuracy(row: dict) -> float | None:
-    return row["tf_digits_correct"] / row["tf_digits"] if row.get("tf_digits") else None
 
 
 def _tf_entropy(row: dict) -> float | None:
@@ -158,7 +73,7 @@ def overall(section: str, key: str) -> Callable[[dict], float | None]:
 
 def tf_digit_accuracy_won(row: dict) -> float | None:
     """Per problem: minus its teacher-forced digit accuracy (lower wins, so higher accuracy wins)."""
-    value = _tf_accuracy(row)
+    value = tf_digit_accuracy(row)
     return None if value is None else -value
 
 
@@ -167,7 +82,7 @@ METRICS: tuple[Metric, ...] = (
         "accuracy", "accuracy (%)", overall("generation", "accuracy"), True, True, lambda r: -float(bool(r["correct"]))
     ),
     Metric("mae", "MAE", overall("generation", "mae"), False, False, lambda r: r.get("abs_error")),
-    Metric("log_mae", "log-MAE", overall("generation", "log_mae"), False, False, _log_error),
+    Metric("log_mae", "log-MAE", overall("generation", "log_mae"), False, False, log_error),
     Metric(
         "tf_digit_accuracy",
         "TF digit accuracy (%)",
@@ -235,13 +150,43 @@ def paired_comparisons(runs: Sequence[dict], reference: str, metrics: Sequence[M
                     counts["better"] += c["a_lower"]
                     counts["worse"] += c["b_lower"]
                     counts["tied"] += c["equal"]
-                counts["p"] = sign_test_p_value(counts["better"], counts["worse"])
+                counts["p"] = sign_test_p(counts["better"], counts["worse"])
                 result["per_problem"] = counts
             entry["metrics"][m.key] = result
         out[setting] = entry
     tests = [(s, k) for s, e in out.items() for k, r in e["metrics"].items() if "per_problem" in r]
     for (s, k), p in zip(tests, holm([out[s]["metrics"][k]["per_problem"]["p"] for s, k in tests])):
         out[s]["metrics"][k]["per_problem"]["holm_p"] = p
+    return out
+
+
+def compare_verdicts(runs: Sequence[dict], reference: str) -> dict[str, dict]:
+    """Per setting, ``del-eval compare``'s verdict against ``reference``: its runs (one per seed) against the
+    reference's, paired problem by problem, the problems and the seeds resampled. A setting whose reports cannot be
+    read gets the verdict's "cannot be tested" line; one whose runs record no generations is left out."""
+    from ..evaluation.report import load_report
+    from ..evaluation.verdict import compare_arms
+
+    by_setting: dict[str, list[dict]] = {}
+    for run in runs:
+        by_setting.setdefault(run["setting"], []).append(run)
+    out: dict[str, dict] = {}
+    for setting, group in by_setting.items():
+        if setting == reference or reference not in by_setting:
+            continue
+        if not all(r.get("generations") for r in (*by_setting[reference], *group)):
+            continue  # runs recorded without their generations: nothing to pair
+        try:
+            reports = [
+                [load_report(Path(r["generations"]).parent / "report.json") for r in arm]
+                for arm in (by_setting[reference], group)
+            ]
+        except (OSError, ValueError) as err:
+            line = f"{setting} - {reference}: cannot be tested: {err}"
+            labels = {"baseline": {"label": reference}, "candidate": {"label": setting}}
+            out[setting] = {"line": line, "sets": [], "notes": [], **labels}
+            continue
+        out[setting] = compare_arms(reports[0], reports[1], (reference, setting))
     return out
 
 
@@ -333,6 +278,9 @@ def results_markdown(
     paired = paired_table(runs, reference, metrics)
     if paired:
         lines += ["", f"## Paired against {reference}, same seeds", "", PAIRED_LEGEND, ""] + paired
+    for setting, verdict in compare_verdicts(runs, reference).items():
+        lines += ["", f"## Accuracy, {setting} against {reference}: `del-eval compare --baseline --candidate`", ""]
+        lines += verdict_markdown(verdict)[2:]  # without its own heading
     lines += ["", "## Every run", ""] + runs_table(runs, metrics)
     return "\n".join(lines) + "\n"
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-__all__ = ["findings_text", "paired_lower", "paired_outcomes", "plot_training_curves", "sign_test_p_value"]
+from ..evaluation.stats import ArmOutcomes, Bootstrap, paired_bootstrap, sign_test_p
+
+__all__ = ["accuracy_difference_interval", "findings_text", "paired_lower", "paired_outcomes", "plot_training_curves"]
 
 
 def _rows_by_problem(generations: Path) -> dict[tuple[str, int], dict]:
@@ -34,6 +35,17 @@ def paired_outcomes(generations_a: Path, generations_b: Path) -> dict[str, int]:
     }
 
 
+def accuracy_difference_interval(generations_a: Path, generations_b: Path) -> tuple[float, float] | None:
+    """The 95 % interval of accuracy B - A on the problems both answered, from del-eval compare's paired bootstrap
+    (:mod:`del_plugin.evaluation.stats`); None when they share no problem."""
+    a, b = _rows_by_problem(generations_a), _rows_by_problem(generations_b)
+    shared = sorted(a.keys() & b.keys())
+    if not shared:
+        return None
+    outcomes = ArmOutcomes([bool(a[k]["correct"]) for k in shared], [bool(b[k]["correct"]) for k in shared])
+    return Bootstrap.interval(paired_bootstrap([outcomes]).difference[0])
+
+
 def paired_lower(generations_a: Path, generations_b: Path, value) -> dict[str, int]:
     """Per problem, whose ``value(row)`` is lower (problems where either value is None are left out)."""
     a, b = _rows_by_problem(generations_a), _rows_by_problem(generations_b)
@@ -45,17 +57,6 @@ def paired_lower(generations_a: Path, generations_b: Path, value) -> dict[str, i
         "b_lower": sum(y < x for x, y in pairs),
         "equal": sum(x == y for x, y in pairs),
     }
-
-
-def sign_test_p_value(only_a: int, only_b: int) -> float:
-    """Two-sided exact sign test (McNemar's exact test) on the discordant pairs: the probability, if both models
-    were equally good, of a split at least this uneven."""
-    n = only_a + only_b
-    if n == 0:
-        return 1.0
-    k = min(only_a, only_b)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
 
 
 def _pct(x: float | None) -> str:
@@ -76,11 +77,12 @@ def _significance(p: float) -> str:
 
 def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha: float) -> list[str]:
     """Sentences comparing base, MLE and DEL, computed from the reports and the saved generations; every
-    MLE-vs-DEL difference comes with a paired sign test, and the verdict follows it, whichever way it goes."""
+    MLE-vs-DEL difference comes with a paired test (accuracy: del-eval compare's bootstrap interval and McNemar's
+    exact test), and the verdict follows it, whichever way it goes."""
     g = {k: (reports[k]["overall"].get("generation") or {}) for k in reports}
     tf = {k: (reports[k]["overall"].get("teacher_forced") or {}) for k in reports}
     pairs = paired_outcomes(generations["MLE"], generations["DEL"])
-    p = sign_test_p_value(pairs["only_a"], pairs["only_b"])
+    p = sign_test_p(pairs["only_a"], pairs["only_b"])
     acc_mle, acc_del = g["MLE"].get("accuracy"), g["DEL"].get("accuracy")
     lines = [
         f"Accuracy on {pairs['problems']} held-out problems: base {_pct(g['base'].get('accuracy'))}, "
@@ -94,18 +96,20 @@ def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha:
         )
     if acc_mle is not None and acc_del is not None:
         diff = 100 * (acc_del - acc_mle)
-        if p < 0.05:
+        low, high = (100 * x for x in accuracy_difference_interval(generations["MLE"], generations["DEL"]))
+        interval = f"95 % interval [{low:+.1f}, {high:+.1f}]"
+        if p < 0.05 and (low > 0 or high < 0):
             verdict = (
-                f"DEL is better than MLE on accuracy ({diff:+.1f} points)"
+                f"DEL is better than MLE on accuracy ({diff:+.1f} points, {interval})"
                 if diff > 0
-                else f"MLE is better than DEL on accuracy ({-diff:.1f} points)"
+                else f"MLE is better than DEL on accuracy ({-diff:.1f} points, {interval} for DEL - MLE)"
             )
-            verdict += f", and the difference is significant (exact sign test p = {p:.3f})."
+            verdict += f", and the difference is significant (McNemar exact p = {p:.3f})."
         else:
             verdict = (
-                f"DEL vs MLE: {diff:+.1f} points of accuracy (exact sign test on the problems only one of "
-                f"them got right: p = {p:.2f}), no significant difference: at this tiny scale the demo shows "
-                "no accuracy win for either."
+                f"DEL vs MLE: {diff:+.1f} points of accuracy ({interval}; McNemar's exact test on the problems "
+                f"only one of them got right: p = {p:.2f}), no significant difference: at this tiny scale the "
+                "demo shows no accuracy win for either."
             )
         lines.append(verdict)
         lines.append(
@@ -115,7 +119,7 @@ def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha:
     mae_mle, mae_del = g["MLE"].get("mae"), g["DEL"].get("mae")
     if mae_mle is not None and mae_del is not None:
         errors = paired_lower(generations["MLE"], generations["DEL"], lambda r: r.get("abs_error"))
-        p_err = sign_test_p_value(errors["a_lower"], errors["b_lower"])
+        p_err = sign_test_p(errors["a_lower"], errors["b_lower"])
         lines.append(
             f"Numeric distance (lower is better): MAE MLE {_num(mae_mle)} vs DEL {_num(mae_del)}, log-MAE MLE "
             f"{_num(g['MLE'].get('log_mae'))} vs DEL {_num(g['DEL'].get('log_mae'))}. Problem by problem DEL's "
@@ -125,7 +129,7 @@ def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha:
     e_mle, e_del = tf["MLE"].get("mean_entropy"), tf["DEL"].get("mean_entropy")
     if e_mle is not None and e_del is not None:
         entropy = paired_lower(generations["MLE"], generations["DEL"], _mean_tf_entropy)
-        p_ent = sign_test_p_value(entropy["a_lower"], entropy["b_lower"])
+        p_ent = sign_test_p(entropy["a_lower"], entropy["b_lower"])
         direction = "lower" if e_del < e_mle else "higher"
         sharper = (
             "sharper digit distributions, what DEL is for" if direction == "lower" else "DEL did not sharpen them here"

@@ -2,7 +2,8 @@
 as columns, their mean accuracy last), paired differences against MLE on the same seeds with 95 % intervals, the
 numeric and teacher-forced digit metrics, every run with its time and training throughput.
 
-Nothing here imports torch or Axolotl: the statistics are those of :mod:`.efficacy`.
+Nothing here trains or loads a model: the statistics are del-eval's (:mod:`del_plugin.evaluation.stats`), through
+:mod:`.efficacy` and ``del-eval compare``'s verdict per setting.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import platform
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..evaluation.verdict import verdict_markdown
 from .efficacy import (
     METRICS,
     PAIRED_LEGEND,
     Metric,
     aggregate,
+    compare_verdicts,
     paired_comparisons,
     paired_table,
     per_setting_table,
@@ -159,6 +162,10 @@ def write_report(out: Path, profile: Profile, runs: list[dict], argv: list[str],
         paired = paired_table(regime_runs, REFERENCE, digits)
         if paired:
             lines += ["", f"### Numbers and digits, paired against {REFERENCE}", ""] + paired
+        verdicts = compare_verdicts(regime_runs, REFERENCE)
+        for setting, verdict in verdicts.items():
+            lines += ["", f"### Accuracy, {setting} against {REFERENCE}: `del-eval compare --baseline --candidate`", ""]
+            lines += verdict_markdown(verdict)[2:]  # without its own heading
         plot = plot_paired(
             regime_runs,
             REFERENCE,
@@ -176,6 +183,7 @@ def write_report(out: Path, profile: Profile, runs: list[dict], argv: list[str],
                 for k, v in aggregate(regime_runs, accuracy + digits).items()
             },
             "paired": paired_comparisons(regime_runs, REFERENCE, accuracy + digits),
+            "verdict": verdicts,
         }
     lines += ["## Paired tables: how to read them", "", PAIRED_LEGEND, ""]
     lines += ["## Time and training throughput", ""] + _throughput_lines(every) + [""]

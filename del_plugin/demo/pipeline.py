@@ -119,17 +119,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _write_results(out: Path, args, argv, train_settings, reports, generations, histories, timing, wall, cpu, load):
-    from ..evaluation.report import comparison_markdown
     from .findings import findings_text, plot_training_curves
 
     comparison_dir = out / "comparison"
-    labels = list(reports)
     findings = findings_text(reports, generations, args.alpha)
     curves = plot_training_curves({k: histories[k] for k in ("MLE", "DEL")}, comparison_dir / "training_curves.png")
     # the published table names the models, not this machine's asset cache or home folder
     from ..tooling.assets import cache_root
 
-    table = comparison_markdown([reports[k] for k in labels], labels).split("\n", 2)[2]
+    # del-eval compare's comparison.md (the verdict, then the side-by-side tables), less its title
+    table = (comparison_dir / "comparison.md").read_text(encoding="utf-8").split("\n", 2)[2]
     table = table.replace(str(cache_root()), "$DEL_PLUGIN_CACHE").replace(str(Path.home()), "~")
     command = "python -m del_plugin.demo" + ("" if not argv else " " + " ".join(argv))
     end_load = os.getloadavg()[0]
@@ -162,9 +161,10 @@ def _write_results(out: Path, args, argv, train_settings, reports, generations, 
             "",
         ]
         + [f"- {line}" for line in findings]
-        + ["", "## Side by side", "", table.strip(), "", "## Plots", ""]
+        + ["", table.strip(), "", "## Plots", ""]
     )
     for png, caption in (
+        ("difference_forest.png", "DEL - MLE, accuracy, 95 % interval"),
         ("place_accuracy.png", "Per-place digit accuracy"),
         ("entropy_histogram.png", "Teacher-forced digit entropy"),
         ("training_curves.png", "Training curves"),
@@ -202,7 +202,12 @@ def _write_results(out: Path, args, argv, train_settings, reports, generations, 
     (comparison_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return findings, [comparison_dir / "results.md", comparison_dir / "summary.json"] + [
         p
-        for p in (comparison_dir / "place_accuracy.png", comparison_dir / "entropy_histogram.png", curves)
+        for p in (
+            comparison_dir / "difference_forest.png",
+            comparison_dir / "place_accuracy.png",
+            comparison_dir / "entropy_histogram.png",
+            curves,
+        )
         if p is not None and p.exists()
     ]
 
@@ -251,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         eval_dir = out / "eval" / label
         shutil.rmtree(eval_dir, ignore_errors=True)
         reports[label] = evaluate(model, [eval_file], eval_dir, name=label, settings=eval_settings)
+        reports[label]["_path"] = str(eval_dir / "report.json")  # where compare's verdict finds its generations
         generations[label] = eval_dir / "generations.jsonl"
 
     stages.start("eval base", "del-eval on the base model")
@@ -265,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         stages.start(f"eval {label}", f"del-eval on the {label} fine-tune")
         run_eval(label, adapter)
 
-    stages.start("compare", "side-by-side table and plots")
-    written = compare_reports([reports[k] for k in reports], out / "comparison", list(reports))
+    stages.start("compare", "the verdict, the side-by-side table and plots")
+    labels = list(reports)
+    arms = ([labels.index("MLE")], [labels.index("DEL")])
+    written = compare_reports([reports[k] for k in labels], out / "comparison", labels, arms=arms)
     stages.finish()
     wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
     findings, files = _write_results(

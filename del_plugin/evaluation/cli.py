@@ -7,12 +7,15 @@ benchmarks, and side-by-side comparison of reports.
   del-eval compare DIR_OR_REPORT.json [...] --out DIR [--labels base MLE DEL]
   del-eval lm-eval-tasks --out TASKS_DIR --benchmark-dir DIR [--prompt-format alpaca|chat]
   del-eval lm-eval-tasks --out TASKS_DIR --benchmarks gsm8k,math,svamp,aqua,mmlu_math [--prompt-format alpaca|chat]
+  del-eval compare --baseline MLE_SEED1 MLE_SEED2 --candidate DEL_SEED1 DEL_SEED2 --out DIR [--labels MLE DEL]
   del-eval score --lm-eval-samples LM_EVAL_OUT --out DIR
 
 run writes DIR/report.json, report.md, generations.jsonl and plots, and resumes a stopped (or killed) run in the
 same DIR; a report of another run there is kept unless --overwrite. score scores generations made elsewhere
 ({"id", "output"} per line) without a model. compare writes DIR/comparison.md, comparison.json and the same plots
-with one entry per report. Models are read from a folder or the Hugging Face cache: nothing is downloaded.
+with one entry per report; for two reports (or --baseline/--candidate runs) the verdict first: the paired
+difference per set and in mACC with 95 % intervals, McNemar's p and whether the sample resolves it. Models are
+read from a folder or the Hugging Face cache: nothing is downloaded.
 docs/evaluation.md has the details: the scoring rules per benchmark, the report schema, the program-of-thought
 sandbox and its limits.
 
@@ -198,15 +201,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare = commands.add_parser(
         "compare",
-        help="side-by-side tables and plots of several reports",
-        description="Side-by-side tables and plots of several reports. A column is ranked (best in bold) only where "
-        "the reports scored the same problems, and mACC only where they average the same sets; otherwise a warning "
-        "says why not.",
+        help="the verdict of two runs (or two groups of seeds) and side-by-side tables of several reports",
+        description="The verdict first: for two reports, or --baseline and --candidate runs (several seeds an arm), "
+        "paired by problem on the problems every run scored, per set each accuracy with its standard error, the "
+        "difference with a 95 % interval (paired bootstrap over problems and seeds), McNemar's exact p "
+        "(Holm-adjusted over the sets), the smallest difference the sample detects, the same for mACC, and one "
+        "line saying whether the difference is resolved. Then the reports side by side; only a resolved "
+        "difference is in bold, and only where the reports scored the same problems.",
         **(formatting | {"epilog": exit_status_help("compare")}),
     )
-    compare.add_argument("reports", nargs="+", help="report.json files or the folders del-eval run/score wrote")
+    compare.add_argument(
+        "reports", nargs="*", help="report.json files or the folders del-eval run/score wrote (two: baseline first)"
+    )
+    compare.add_argument("--baseline", nargs="+", metavar="RUN", help="the baseline's runs (e.g. one per seed)")
+    compare.add_argument("--candidate", nargs="+", metavar="RUN", help="the candidate's runs (e.g. one per seed)")
     compare.add_argument("--out", required=True, help="output folder")
-    compare.add_argument("--labels", nargs="+", help="one label per report (default: the reports' names)")
+    compare.add_argument(
+        "--labels",
+        nargs="+",
+        help="one label per report; with --baseline/--candidate: the two arms' labels (default: the reports' names)",
+    )
+    compare.add_argument(
+        "--scorer",
+        choices=("paper", "math-verify"),
+        default="paper",
+        help="whose verdict on each answer the comparison counts: the paper's exact rules, or math-verify's "
+        "equivalence (reports scored by a del-eval that records it) (default: paper)",
+    )
+    compare.add_argument(
+        "--resamples", type=int, default=2000, help="bootstrap resamples (default: %(default)s; seeded)"
+    )
     return parser
 
 
@@ -354,12 +378,32 @@ def _lm_eval_tasks(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from .report import compare_reports, load_report
 
-    if args.labels and len(args.labels) != len(args.reports):
-        raise UsageError(
-            f"--labels: {len(args.labels)} given for {len(args.reports)} reports; give one label per report"
-        )
-    reports = [load_report(p) for p in args.reports]
-    written = compare_reports(reports, Path(args.out), args.labels)
+    if args.resamples < 100:
+        raise UsageError(f"--resamples {args.resamples}: give at least 100 (2,000 is the default)")
+    arms = {}
+    if args.baseline or args.candidate:
+        if args.reports or not (args.baseline and args.candidate):
+            raise UsageError(
+                "give --baseline RUN ... and --candidate RUN ... together, without reports before them "
+                "(or two reports, baseline first)"
+            )
+        paths = [*args.baseline, *args.candidate]
+        arms["arms"] = (range(len(args.baseline)), range(len(args.baseline), len(paths)))
+        labels = None
+        if args.labels:
+            if len(args.labels) != 2:
+                raise UsageError(f"--labels: give the two arms' labels, baseline first ({len(args.labels)} given)")
+            arms["arm_labels"] = args.labels
+            labels = [f"{args.labels[0]} {i + 1}" for i in range(len(args.baseline))]
+            labels += [f"{args.labels[1]} {i + 1}" for i in range(len(args.candidate))]
+    else:
+        if not args.reports:
+            raise UsageError("compare needs reports: two (baseline first), or --baseline RUN ... --candidate RUN ...")
+        paths, labels = args.reports, args.labels
+        if labels and len(labels) != len(paths):
+            raise UsageError(f"--labels: {len(labels)} given for {len(paths)} reports; give one label per report")
+    reports = [load_report(p) for p in paths]
+    written = compare_reports(reports, Path(args.out), labels, scorer=args.scorer, resamples=args.resamples, **arms)
     print(written["markdown"].read_text(encoding="utf-8"))
     for kind, path in written.items():
         print(f"{kind}: {path}")

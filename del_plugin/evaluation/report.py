@@ -65,7 +65,8 @@ GENERATIONS_FILE = "generations.jsonl"
 PLOT_FILES = ("entropy_histogram.png", "place_accuracy.png", "benchmark_accuracy.png")
 # where a run that replaces another run's report (--overwrite) writes until it is complete
 STAGING_DIR = ".del-eval-new"
-EVAL_EXTRA = ("matplotlib", "tqdm")
+EVAL_EXTRA = ("matplotlib", "tqdm", "scipy")
+FOREST_PLOT = "difference_forest.png"
 
 
 def require_eval_extra() -> None:
@@ -518,9 +519,25 @@ def _plots(report: dict, out_dir: Path) -> list[Path | None]:
     return plots
 
 
-def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str] | None = None) -> dict[str, Path]:
-    """comparison.md, comparison.json and overlaid plots for ``reports``; returns the written paths by kind."""
+def compare_reports(
+    reports: Sequence[dict],
+    out_dir: Path,
+    labels: Sequence[str] | None = None,
+    *,
+    arms: tuple[Sequence[int], Sequence[int]] | None = None,
+    arm_labels: Sequence[str] | None = None,
+    scorer: str = "paper",
+    resamples: int | None = None,
+    seed: int | None = None,
+) -> dict[str, Path]:
+    """comparison.md, comparison.json and overlaid plots for ``reports``; returns the written paths by kind.
+
+    With two reports (baseline first), or ``arms`` (the indices of the baseline's runs and of the candidate's, one
+    run per seed), the verdict comes first (:func:`.verdict.compare_arms`, with its forest plot); ``arm_labels``
+    names the two arms (default: the reports' labels with one run an arm, else the name the arm's runs share)."""
     from .plots import plot_benchmark_accuracy, plot_entropy_histograms, plot_place_accuracy
+    from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+    from .verdict import compare_arms, plot_forest, verdict_markdown
 
     if not reports:
         raise ValueError("compare needs at least one report")
@@ -529,12 +546,48 @@ def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str
         raise ValueError(f"{len(labels)} labels for {len(reports)} reports")
     if len(set(labels)) != len(labels):
         labels = [f"{label} ({i + 1})" for i, label in enumerate(labels)]
+    if arms is None and len(reports) == 2:
+        arms = ([0], [1])
+    verdict = None
+    if arms is not None:
+        baseline, candidate = ([reports[i] for i in arm] for arm in arms)
+        if not (baseline and candidate):
+            raise ValueError("a verdict needs at least one baseline run and one candidate run")
+        if arm_labels is None:
+            single = len(baseline) == len(candidate) == 1
+            arm_labels = (
+                (labels[arms[0][0]], labels[arms[1][0]])
+                if single
+                else (_arm_name(baseline, "baseline"), _arm_name(candidate, "candidate"))
+            )
+        verdict = compare_arms(
+            baseline,
+            candidate,
+            tuple(arm_labels),
+            scorer=scorer,
+            resamples=BOOTSTRAP_RESAMPLES if resamples is None else resamples,
+            seed=BOOTSTRAP_SEED if seed is None else seed,
+        )
+        LOG.info("verdict: %s", verdict["line"])
     out_dir = prepare_output_dir(out_dir)
     warnings = comparison_warnings(reports, labels)
     for warning in warnings:
         LOG.warning(warning)
     written = {"markdown": out_dir / "comparison.md", "json": out_dir / "comparison.json"}
-    write_text_atomic(written["markdown"], comparison_markdown(reports, labels))
+    verdict_lines: list[str] = []
+    if verdict is not None:
+        forest = plot_forest(verdict, out_dir / FOREST_PLOT)
+        if forest is not None:
+            written["forest"] = forest
+        verdict_lines = verdict_markdown(verdict, forest.name if forest is not None else None)
+    elif len(reports) > 2:
+        verdict_lines = [
+            "No verdict: give two reports, or two arms (--baseline RUN ... --candidate RUN ...), for the paired "
+            "test; nothing below is in bold.",
+            "",
+        ]
+    winners = (verdict or {}).get("winners", {})
+    write_text_atomic(written["markdown"], comparison_markdown(reports, labels, verdict_lines, winners))
     data_sets = dataset_entries(reports, labels, benchmarks=False)
     plot_set = OVERALL if OVERALL in data_sets else next(iter(data_sets), None)
     entries = data_sets[plot_set] if plot_set else [(label, r["overall"]) for label, r in zip(labels, reports)]
@@ -558,12 +611,13 @@ def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str
             "The paper's benchmarks: accuracy",
         )
     written.update({kind: path for kind, path in plots.items() if path is not None})
-    for name in PLOT_FILES:  # an earlier comparison's plot this one does not have
+    for name in (*PLOT_FILES, FOREST_PLOT):  # an earlier comparison's plot this one does not have
         if out_dir / name not in written.values():
             (out_dir / name).unlink(missing_ok=True)
     summary = {
         "schema": SCHEMA + "/comparison",
         "warnings": warnings,
+        "verdict": verdict,
         "models": [
             {
                 "label": label,
@@ -586,3 +640,9 @@ def compare_reports(reports: Sequence[dict], out_dir: Path, labels: Sequence[str
     }
     write_json_atomic(written["json"], summary)
     return written
+
+
+def _arm_name(reports: Sequence[dict], fallback: str) -> str:
+    """An arm's label: the name its runs share, else ``fallback``."""
+    names = {r.get("name") for r in reports}
+    return names.pop() if len(names) == 1 and None not in names else fallback

@@ -5,14 +5,21 @@ the detailed table (accuracy, MAE, teacher-forced digit metrics) and the per-pla
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
+from .stats import accuracy_se
 
 __all__ = ["OVERALL", "comparison_markdown", "comparison_warnings", "is_partial", "report_markdown"]
 
 OVERALL = "all sets"
 MATH_VERIFY_COLUMN = "math-verify"
+SE_LEGEND = (
+    "± SE: the accuracy's standard error, in points, as lm-evaluation-harness prints it (the 0/1 outcomes' sample "
+    "standard deviation over the square root of their count; mACC's from the sets' as independent samples); "
+    "`del-eval compare` tells whether a difference between two runs is more than that noise."
+)
 _MAX_ISSUES_IN_MARKDOWN = 20
 
 
@@ -26,6 +33,12 @@ def fmt(value, kind: str = "float") -> str:
     if abs(value) >= 1e6:
         return f"{value:.3g}"
     return f"{value:.3f}"
+
+
+def fmt_se(generation: dict) -> str:
+    """The standard error of an accuracy in points, as lm-evaluation-harness prints it beside the score."""
+    se = accuracy_se(generation.get("correct") or 0, generation.get("n") or 0) if generation else None
+    return "–" if se is None else f"{100 * se:.1f}"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -58,19 +71,13 @@ def benchmark_title(entry: dict) -> str:
 _COLUMNS = (
     "problems",
     "accuracy",
+    "± SE",
     MATH_VERIFY_COLUMN,
     "answered",
     "MAE",
     "log-MAE",
     "TF digit accuracy",
     "TF digit entropy (nats)",
-)
-# (column, metric path, higher is better) for bolding the best model in a comparison
-_RANKED = (
-    ("accuracy", ("generation", "accuracy"), True),
-    ("MAE", ("generation", "mae"), False),
-    ("log-MAE", ("generation", "log_mae"), False),
-    ("TF digit accuracy", ("teacher_forced", "digit_accuracy"), True),
 )
 
 
@@ -80,6 +87,7 @@ def _summary_cells(entry: dict) -> dict[str, str]:
     return {
         "problems": fmt(gen.get("n", entry.get("evaluated")), "int"),
         "accuracy": fmt(gen.get("accuracy"), "pct"),
+        "± SE": fmt_se(gen),
         MATH_VERIFY_COLUMN: fmt((entry.get("math_verify") or {}).get("accuracy"), "pct"),
         "answered": fmt(gen.get("answered_rate"), "pct"),
         "MAE": fmt(gen.get("mae")),
@@ -113,18 +121,12 @@ def _place_sections(entries, first_column: str, heading: str) -> list[str]:
     return lines
 
 
-def _bold_best(entries: list[tuple[str, dict]], rows: list[list[str]]) -> None:
-    if len(entries) < 2:
-        return
-    for column, (section, metric), higher in _RANKED:
-        values = [((e.get(section) or {}).get(metric)) for _, e in entries]
-        known = [v for v in values if v is not None]
-        if len(known) < 2 or len(set(known)) == 1:
-            continue  # nothing to single out when the models tie
-        best = max(known) if higher else min(known)
+def _bold_resolved(entries: list[tuple[str, dict]], rows: list[list[str]], winners: dict[str, str]) -> None:
+    """Bold the cells of ``winners`` (``{column: label}``): the differences the paired tests resolve."""
+    for column, label in winners.items():
         col = 1 + _COLUMNS.index(column)
-        for row, v in zip(rows, values):
-            if v is not None and v == best:
+        for row, (row_label, _) in zip(rows, entries):
+            if row_label == label and row[col] != fmt(None):
                 row[col] = f"**{row[col]}**"
 
 
@@ -133,6 +135,7 @@ def _bold_best(entries: list[tuple[str, dict]], rows: list[list[str]]) -> None:
 _BENCHMARK_COLUMNS = (
     "problems",
     "accuracy",
+    "± SE",
     MATH_VERIFY_COLUMN,
     "no answer",
     "MAE",
@@ -158,6 +161,7 @@ def _benchmark_cells(entry: dict) -> list[str]:
     return [
         problems,
         fmt(gen.get("accuracy"), "pct"),
+        fmt_se(gen),
         fmt((entry.get("math_verify") or {}).get("accuracy"), "pct"),
         fmt(gen.get("no_answer"), "int"),
         fmt(gen.get("mae")),
@@ -212,14 +216,22 @@ def _benchmark_section(report: dict) -> list[str]:
     rows = [[benchmark_title(e)] + _benchmark_cells(e) for e in entries]
     macc = report.get("macc")
     if macc and macc.get("value") is not None:
+        ses = [
+            accuracy_se(e["generation"]["correct"], e["generation"]["n"]) for e in entries if e["name"] in macc["sets"]
+        ]
+        # the sets are independent samples: the variance of their mean is the sum of theirs over k^2
+        se = math.sqrt(sum(x**2 for x in ses)) / len(ses) if ses and None not in ses else None
+        se_cell = "–" if se is None else f"{100 * se:.1f}"
         equivalent = f"**{fmt(macc['math_verify'], 'pct')}**" if macc.get("math_verify") is not None else ""
-        rows.append([f"**{macc['label']}**", "", f"**{fmt(macc['value'], 'pct')}**", equivalent, "", "", "", ""])
+        rows.append(
+            [f"**{macc['label']}**", "", f"**{fmt(macc['value'], 'pct')}**", se_cell, equivalent, "", "", "", ""]
+        )
     limit = (report.get("settings") or {}).get("limit")
     lines = ["", "## The paper's benchmarks", ""]
     if limit:
         lines += [f"The first {limit} problems of each set.", ""]
     lines += _table(*without_math_verify(entries, ["set", *_BENCHMARK_COLUMNS], rows))
-    notes = benchmark_notes(entries)
+    notes = [SE_LEGEND, *benchmark_notes(entries)]
     if notes:
         lines += [""] + notes
     return lines + _program_lines(entries)
@@ -327,7 +339,7 @@ def report_markdown(report: dict) -> str:
         lines += ["", "## Data files", ""] if with_benchmarks else [""]
         rows = [[n] + [_summary_cells(e)[c] for c in _COLUMNS] for n, e in data_entries]
         lines += _table(*without_math_verify([e for _, e in data_entries], ["set", *_COLUMNS], rows))
-        lines += ["", "TF = teacher-forced on the reference solutions (digit targets only)."]
+        lines += ["", f"TF = teacher-forced on the reference solutions (digit targets only). {SE_LEGEND}"]
         if any(e.get("math_verify") for _, e in data_entries):
             lines += ["", MATH_VERIFY_NOTE]
         lines += _place_sections(data_entries, "set", "##")
@@ -431,9 +443,10 @@ def comparison_warnings(reports: Sequence[dict], labels: Sequence[str]) -> list[
     return _comparability(reports, labels)[2] if len(reports) > 1 else []
 
 
-def _paper_table(reports: Sequence[dict], labels: Sequence[str]) -> list[str]:
-    """Models x benchmarks accuracy, the paper's column order, mACC last, best per column in bold where the column
-    is comparable (:func:`_comparability`), the warnings below."""
+def _paper_table(reports: Sequence[dict], labels: Sequence[str], winners: dict[str, str]) -> list[str]:
+    """Models x benchmarks accuracy, the paper's column order, mACC last, in bold the better of two models where the
+    paired test resolves the difference (``winners``: ``{set name or "macc": label}``) and the column is comparable
+    (:func:`_comparability`), the warnings below."""
     present = [n for n in BENCHMARK_NAMES if any(n in benchmark_accuracies(r) for r in reports)]
     if not present:
         return []
@@ -447,24 +460,33 @@ def _paper_table(reports: Sequence[dict], labels: Sequence[str]) -> list[str]:
     if len(reports) > 1:
         ranked, macc_ranked, warnings = _comparability(reports, labels)
         comparable = [n in ranked for n in present] + [macc_ranked]
-        for col in range(len(present) + 1):
-            known = [row[col] for row in values if row[col] is not None]
-            if comparable[col] and len(known) >= 2 and len(set(known)) > 1:
-                for row, cells in zip(values, rows):
-                    if row[col] == max(known):
-                        cells[col + 1] = f"**{cells[col + 1]}**"
+        for col, name in enumerate([*present, "macc"]):
+            for label, row, cells in zip(labels, values, rows):
+                if comparable[col] and row[col] is not None and winners.get(name) == label:
+                    cells[col + 1] = f"**{cells[col + 1]}**"
     lines = ["", "## The paper's benchmarks: accuracy", ""] + _table(["model", *columns, macc_title], rows)
     if warnings:
         lines += [""] + [f"**{w}**" for w in warnings]
     return lines
 
 
-def comparison_markdown(reports: Sequence[dict], labels: Sequence[str]) -> str:
-    lines = ["# del-eval: side by side", ""]
+def comparison_markdown(
+    reports: Sequence[dict],
+    labels: Sequence[str],
+    verdict_lines: Sequence[str] = (),
+    winners: dict[str, dict[str, str]] | None = None,
+) -> str:
+    """comparison.md: the verdict (``verdict_lines``) first, then the reports side by side; ``winners``: per set
+    (and ``macc``), ``{column: label}`` of the differences the paired tests resolve, the only cells in bold."""
+    winners = winners or {}
+    lines = ["# del-eval: side by side", "", *verdict_lines]
+    if verdict_lines:
+        lines += ["## The runs", ""]
     for label, report in zip(labels, reports):
         status = "" if report.get("status") == "complete" else f" **({report.get('status')})**"
         lines.append(f"- **{label}**{status}: {_model_line(report)}")
-    lines += _paper_table(reports, labels)
+    paper_winners = {name: w["accuracy"] for name, w in winners.items() if "accuracy" in w}
+    lines += _paper_table(reports, labels, paper_winners)
     for entries in dataset_entries(reports, labels, benchmarks=True).values():
         rows = [[label] + _benchmark_cells(e) for label, e in entries]
         header, rows = without_math_verify([e for _, e in entries], ["model", *_BENCHMARK_COLUMNS], rows)
@@ -473,14 +495,16 @@ def comparison_markdown(reports: Sequence[dict], labels: Sequence[str]) -> str:
     data = dataset_entries(reports, labels, benchmarks=False)
     for set_name, entries in data.items():
         rows = [[label] + [_summary_cells(e)[c] for c in _COLUMNS] for label, e in entries]
-        _bold_best(entries, rows)
+        _bold_resolved(entries, rows, winners.get(set_name, {}))
         header, rows = without_math_verify([e for _, e in entries], ["model", *_COLUMNS], rows)
         lines += ["", f"## {set_name}", ""] + _table(header, rows)
         lines += _place_sections(entries, "model", "###")
     if data:
         lines += [
             "",
-            "Best value per column in bold (accuracy, MAE, log-MAE, TF digit accuracy). TF = teacher-forced "
-            "on the reference solutions. Entropy is not ranked: lower means more confident, not more correct.",
+            "In bold: the better of two models where a paired test resolves the difference (accuracy: the verdict's "
+            "bootstrap interval and McNemar test; MAE, log-MAE, TF digit accuracy: the exact sign test over the "
+            "problems, p < 0.05); nothing is bold inside the noise. TF = teacher-forced on the reference solutions. "
+            "Entropy is not ranked: lower means more confident, not more correct.",
         ]
     return "\n".join(lines) + "\n"

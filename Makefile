@@ -15,7 +15,7 @@ export OMP_WAIT_POLICY := PASSIVE
 TEST_WORKERS ?= 2
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: setup assets lint test test-fast demo bench gpu-check clean
+.PHONY: setup assets lint test test-fast test-hosts-latest demo bench gpu-check clean
 
 $(VENV)/.installed: setup.cfg requirements.lock
 	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found (Axolotl 0.21.0 needs >= 3.12); set PYTHON312=/path/to/python3.12"; exit 1; }
@@ -35,12 +35,33 @@ lint: $(VENV)/.installed
 
 test: setup lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_PARALLEL)
+	$(MAKE) --no-print-directory test-hosts-latest
+
+# The newest-hosts lane (CONTRIBUTING.md): the host tests on the newest transformers, TRL, accelerate and peft, with
+# no Axolotl. requirements-latest.lock pins them and the dependencies they need newer than the project's; they are
+# installed without dependencies into $(LATEST), ahead of the project's environment on PYTHONPATH (the same torch
+# and everything else). tests/conftest.py refuses to run the lane on other versions and makes Axolotl unimportable;
+# the tests that need it carry the `axolotl` marker.
+LATEST := .venv-latest
+HOSTS_LATEST_TESTS := tests/test_loss.py tests/test_places.py tests/test_criteria.py tests/test_multi_digit.py \
+	tests/test_digit_logit_levels.py tests/test_hidden.py tests/test_number_capture.py tests/test_head_rows.py \
+	tests/test_architectures.py tests/test_real_tokenizers.py tests/test_liger_real.py \
+	tests/test_normalisation.py tests/test_plain_hf_trainer.py tests/test_trl_sft.py tests/test_trl_sft_smollm2.py \
+	tests/test_hosts_doc.py tests/test_benchmarks.py tests/test_evaluation.py
+$(LATEST)/.installed: requirements-latest.lock $(VENV)/.installed
+	rm -rf $(LATEST)
+	$(PY) -m pip install --quiet --no-deps --target $(LATEST) -r requirements-latest.lock
+	touch $@
+
+test-hosts-latest: setup $(LATEST)/.installed
+	DEL_TEST_LANE=hosts-latest PYTHONPATH=$(CURDIR)/$(LATEST) OMP_NUM_THREADS=1 \
+		$(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not axolotl" $(HOSTS_LATEST_TESTS)
 
 test-fast: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not e2e and not interpreter"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(LATEST) .pytest_cache .hypothesis
 
 # e.g. make demo DEMO_ARGS="--publish docs/demo"
 demo: setup

@@ -11,11 +11,79 @@ for _key, _value in {"HF_HUB_OFFLINE": "1", "AXOLOTL_DO_NOT_TRACK": "1", "TOKENI
     os.environ.setdefault(_key, _value)
 
 import gc  # noqa: E402
+import importlib.abc  # noqa: E402
+import importlib.metadata  # noqa: E402
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# The newest-hosts lane (`make test-hosts-latest`, CONTRIBUTING.md): the host tests on the newest transformers, TRL,
+# accelerate and peft (requirements-latest.lock, installed ahead of the project's environment on PYTHONPATH), with no
+# Axolotl. The lane proves both: it stops before the first test unless every pin of that lock file is the version
+# imported, and an import of Axolotl fails there (tests that need Axolotl carry the `axolotl` marker, which the lane
+# deselects; one that does not fails instead of testing the other lane's stack).
+HOSTS_LATEST = os.environ.get("DEL_TEST_LANE") == "hosts-latest"
+LATEST_LOCK = Path(__file__).resolve().parents[1] / "requirements-latest.lock"
+
+
+class _NoAxolotl(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "axolotl" or name.startswith("axolotl."):
+            raise ModuleNotFoundError(
+                f"No module named {name!r} (the newest-hosts lane runs without Axolotl)", name=name
+            )
+        return None
+
+
+def latest_lane_pins() -> dict[str, str]:
+    """requirements-latest.lock's pins: {distribution: version}."""
+    lines = LATEST_LOCK.read_text(encoding="utf-8").splitlines()
+    return dict(line.split("==") for line in (ln.split("#")[0].strip() for ln in lines) if line)
+
+
+if HOSTS_LATEST:
+    sys.meta_path.insert(0, _NoAxolotl())
+
+
+def unmet_requirements(names) -> list[str]:
+    """The requirements of the distributions ``names`` that the importable versions do not meet (a newer release
+    pinned in requirements-latest.lock that needs a newer dependency the lock does not pin yet)."""
+    from packaging.requirements import Requirement
+
+    unmet = []
+    for name in names:
+        for text in importlib.metadata.requires(name) or []:
+            requirement = Requirement(text)
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+                continue
+            try:
+                version = importlib.metadata.version(requirement.name)
+            except importlib.metadata.PackageNotFoundError:
+                version = None
+            if version is None or not requirement.specifier.contains(version, prereleases=True):
+                unmet.append(f"{name} needs {requirement} (found {version})")
+    return unmet
+
+
+def pytest_configure(config):
+    if not HOSTS_LATEST:
+        return
+    pins = latest_lane_pins()
+    wrong = {
+        name: importlib.metadata.version(name) for name, pin in pins.items() if importlib.metadata.version(name) != pin
+    }
+    if wrong or "axolotl" in sys.modules:
+        raise pytest.UsageError(
+            f"the newest-hosts lane imports {wrong or 'Axolotl'} instead of {LATEST_LOCK.name}'s pins: run it with "
+            "`make test-hosts-latest` (its packages ahead of the project's on PYTHONPATH)"
+        )
+    unmet = unmet_requirements(pins)
+    if unmet:
+        raise pytest.UsageError(f"pin these in {LATEST_LOCK.name} too: " + "; ".join(unmet))
+
 
 CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 

@@ -28,6 +28,8 @@ import sys
 
 import pytest
 import torch
+import transformers
+from packaging.version import Version
 
 from del_plugin.core import DigitLogitsCapture, shift_to_next_token
 from del_plugin.core.architectures import ARCHITECTURES, Architecture
@@ -294,12 +296,21 @@ def test_a_transform_del_does_not_apply_is_refused_up_front(model_type, extra, w
 LIGER_WITHOUT_FLCE = ("granite", "falcon_h1", "llama4")
 
 
-def liger_types() -> list[str]:
+# Liger's Gemma-3 forward (liger_kernel/transformers/model/gemma3.py multimodal_forward, 0.8.4 and 0.8.5, the newest)
+# reads the model output's `image_hidden_states`, which transformers 5.25.0 turned into a property that fails on a
+# text-only batch ('NoneType' object has no attribute 'pooler_output'): on the newest-hosts lane (CONTRIBUTING.md) the
+# forward fails before DEL is involved. Strict, so that a Liger release that follows transformers shows here.
+LIGER_GEMMA3_FAILS = Version(transformers.__version__) >= Version("5.25.0")
+
+
+def liger_types() -> list:
     try:
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
     except ImportError:
         return []
-    return [t for t in CONFIGS if t in MODEL_TYPE_TO_APPLY_LIGER_FN and t not in LIGER_WITHOUT_FLCE]
+    fails = pytest.mark.xfail(LIGER_GEMMA3_FAILS, raises=AttributeError, strict=True, reason="Liger, transformers 5.25")
+    types = [t for t in CONFIGS if t in MODEL_TYPE_TO_APPLY_LIGER_FN and t not in LIGER_WITHOUT_FLCE]
+    return [pytest.param(t, marks=fails) if t == "gemma3" else t for t in types]
 
 
 @contextlib.contextmanager
@@ -364,6 +375,7 @@ def test_liger_falcon_h1_forward_drops_the_lm_head_multiplier():
     assert abs(liger.loss.item() - own.loss.item()) > 1.0
 
 
+@pytest.mark.axolotl
 @pytest.mark.parametrize(
     ("model_type", "kernel_key"),
     [("falcon_h1", "liger_fused_linear_cross_entropy"), ("llama4", "liger_fused_linear_cross_entropy")],
@@ -423,6 +435,7 @@ def arch_data(tmp_path_factory):
 
 
 @pytest.mark.e2e
+@pytest.mark.axolotl
 @pytest.mark.parametrize("model_type", ["gemma2", "phi", "qwen3_moe", "stablelm"])
 def test_the_axolotl_plugin_trains_other_architectures(tmp_path, arch_data, model_type):
     """In-process Axolotl runs with the plugin: soft cap (Gemma-2), head bias and final_layernorm (Phi-2), MoE
@@ -444,6 +457,7 @@ def test_the_axolotl_plugin_trains_other_architectures(tmp_path, arch_data, mode
 
 
 @pytest.mark.e2e
+@pytest.mark.axolotl
 def test_the_axolotl_plugin_stops_a_wrong_reading_at_the_first_step(tmp_path, arch_data, monkeypatch):
     from axolotl_helpers import cpu_config, run_axolotl
 

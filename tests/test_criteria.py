@@ -589,6 +589,7 @@ def small_dataset(tmp_path_factory):
     return write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "gsm8k.jsonl", gsm8k_rows(8))
 
 
+@pytest.mark.axolotl
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -615,6 +616,7 @@ def test_bad_criterion_keys_fail_in_load_config(tmp_path, tiny_llama, small_data
         load_config({k: v for k, v in cfg.items() if v is not None})
 
 
+@pytest.mark.axolotl
 def test_criterion_keys_reach_the_config(tmp_path, tiny_llama, small_dataset):
     from del_plugin.hf import DELSettings
 
@@ -674,6 +676,7 @@ def _first_train_log(history: list[dict]) -> dict:
     return next(h for h in history if "loss" in h)
 
 
+@pytest.mark.axolotl
 @pytest.mark.e2e
 @pytest.mark.parametrize("criterion", CRITERIA)
 def test_each_criterion_trains_in_axolotl(criterion_run, criterion):
@@ -784,6 +787,7 @@ def tiny_qwen():
     return tiny_model_dir("qwen2")
 
 
+@pytest.mark.axolotl
 @pytest.mark.parametrize("path", ABLATION_CONFIGS, ids=lambda p: p.stem)
 def test_ablation_configs_pass_axolotl_validation(tmp_path, path, tiny_qwen, small_dataset):
     import run_ablation
@@ -804,6 +808,7 @@ def _ablation_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(ABLATION))  # examples/ablation/run_ablation.py is a script, not a package
 
 
+@pytest.mark.axolotl
 @pytest.mark.e2e
 def test_run_ablation_script_on_two_configs(tmp_path, tiny_llama, small_dataset):
     import run_ablation
@@ -844,6 +849,7 @@ def test_run_ablation_script_on_two_configs(tmp_path, tiny_llama, small_dataset)
     assert "| del | del | ok | 2 |" in (table / "ablation.md").read_text()
 
 
+@pytest.mark.axolotl
 def test_run_ablation_refuses_a_bad_override_and_missing_config(tmp_path):
     import run_ablation
 

@@ -946,6 +946,7 @@ def test_an_axolotl_config_that_decides_nothing_falls_back_to_the_tokenizer_and_
     assert caplog.records == []  # no config: nothing was overruled
 
 
+@pytest.mark.axolotl
 @pytest.mark.parametrize(
     "example, tokenizer_name",
     [("llama-3.1-8b/qlora-24gb.yml", "llama-bpe"), ("deepseek-math-7b-instruct/qlora-24gb.yml", "deepseek-llm")],
@@ -981,6 +982,7 @@ def test_auto_reads_an_axolotl_format_of_its_own_and_prompts_as_axolotl_trained(
 
 
 @pytest.mark.e2e
+@pytest.mark.axolotl
 def test_prompt_format_from_a_real_axolotl_output_dir(tmp_path):
     """A real Axolotl LoRA run (tiny model, 2 steps, type: alpaca); its tokenizer then gets a chat template, so that
     only the saved config can make auto pick alpaca."""

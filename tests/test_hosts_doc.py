@@ -91,3 +91,34 @@ def test_gradient_and_parts_do_not_depend_on_micro_batching(loop):
     assert one_by_four["ce"] == pytest.approx(outputs.loss.item(), rel=1e-5)
     assert one_by_four["del"] == pytest.approx(del_mean.item(), rel=1e-5)
     assert math.isfinite(one_by_four["del"]) and one_by_four["del"] > 0
+
+
+def pins(lock: str) -> dict[str, str]:
+    lines = (DOC.parents[1] / lock).read_text(encoding="utf-8").splitlines()
+    return dict(line.split("==") for line in (ln.split("#")[0].strip() for ln in lines) if "==" in line)
+
+
+def test_the_versions_tested_are_the_lock_files():
+    """docs/hosts.md's table of the two test lanes names the versions their lock files install."""
+    text = DOC.read_text(encoding="utf-8")
+    table = text[text.index("<!-- the versions of requirements.lock") :].split("\n\n")[0]
+    rows = {
+        cells[0]: cells for cells in ([c.strip() for c in ln.strip("|").split("|")] for ln in table.splitlines()[1:])
+    }
+    header = rows.pop("lane")
+    for lane, lock in (
+        ("main (`requirements.lock`)", "requirements.lock"),
+        ("newest hosts (`requirements-latest.lock`)", "requirements-latest.lock"),
+    ):
+        pinned = pins(lock)
+        row = dict(zip(header, rows[lane]))
+        for package, column in (
+            ("transformers", "transformers"),
+            ("trl", "TRL"),
+            ("accelerate", "accelerate"),
+            ("peft", "peft"),
+            ("axolotl", "Axolotl"),
+        ):
+            assert row[column] == pinned.get(package, "none"), (lane, package)
+    main = pins("requirements.lock")  # the newest-hosts lane installs neither: both lanes run these
+    assert f"torch {main['torch']} and Liger-Kernel {main['liger_kernel']}" in text

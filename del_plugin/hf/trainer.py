@@ -6,8 +6,9 @@
 Normalisation: the digit term of an optimizer step is ``alpha * sum(l_t) / N``, the sum and the digit count ``N``
 over *all* micro-batches of the step and all data-parallel ranks. Each micro-batch contributes
 ``alpha * sum_micro(l_t) / N``, rescaled for what the Trainer does next (it divides the loss by the accumulation
-steps unless the loss is "scaled for GA"; DDP and FSDP average gradients over ranks). The gradient is then the
-same for any micro-batch size, accumulation and GPU count.
+steps unless the loss is "scaled for GA"; DDP and FSDP average gradients over ranks: the factors are
+:func:`~del_plugin.hf.normalisation.step_scales`). The gradient is then the same for any micro-batch size,
+accumulation and GPU count.
 
 The mixin's state is five named objects: ``del_settings`` (:class:`DELSettings`), ``del_vocab``, ``del_capture``
 (the digit logits read from the final hidden states, whatever computes the cross-entropy), ``del_metrics``
@@ -27,6 +28,7 @@ from ..core.places import NOT_A_DIGIT, shift_to_next_token
 from ..core.vocab import DigitVocab
 from .collator import NUMBER_POSITIONS_KEY, TARGET_PLACES_KEY, NumberSpanCollator
 from .metrics import DigitMetrics
+from .normalisation import StepScales, step_scales
 from .settings import DELSettings
 
 __all__ = ["DELTrainerMixin", "TokenCriterionLoss"]
@@ -157,12 +159,18 @@ class DELTrainerMixin:
             self.del_metrics.start_step(digits)
         return batch_samples, num_items_in_batch
 
-    def _loss_is_scaled_for_ga(self, num_items_in_batch) -> bool:
-        # mirrors Trainer.training_step's decision to divide the returned loss by the accumulation steps
-        if getattr(self, "loss_is_scaled_for_ga", None) is not None:
-            return bool(self.loss_is_scaled_for_ga)
-        return bool(
-            (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or self.compute_loss_func is not None
+    def _step_scales(self, num_items_in_batch) -> StepScales:
+        """This micro-batch's factors (:func:`~del_plugin.hf.normalisation.step_scales`), from the trainer's state."""
+        return step_scales(
+            accumulation_steps=self.current_gradient_accumulation_steps,
+            num_processes=self.accelerator.num_processes,
+            loss_is_scaled_for_ga=getattr(self, "loss_is_scaled_for_ga", None),
+            model_accepts_loss_kwargs=bool(self.model_accepts_loss_kwargs),
+            compute_loss_func_given=self.compute_loss_func is not None,
+            num_items_in_batch_given=num_items_in_batch is not None,
+            average_tokens_across_devices=bool(self.args.average_tokens_across_devices),
+            tp_size=self.get_tp_size(),
+            n_gpu=self.args.n_gpu,
         )
 
     # ------------------------------------------------------------------ loss
@@ -214,9 +222,9 @@ class DELTrainerMixin:
         alpha, metrics = settings.digit_alpha, self.del_metrics
         split = "train" if model.training else "eval"
         if split == "train" and metrics.step_digits is not None:
-            ga = 1 if self._loss_is_scaled_for_ga(num_items_in_batch) else self.current_gradient_accumulation_steps
-            del_term = alpha * l_sum * (self.accelerator.num_processes * ga) / metrics.step_digits.clamp(min=1)
-            scale = 1.0 / ga  # what the Trainer's logged loss adds for this micro-batch
+            scales = self._step_scales(num_items_in_batch)
+            del_term = alpha * l_sum * scales.digit_term / metrics.step_digits.clamp(min=1)
+            scale = scales.logged
         else:  # evaluation, or a loop that does not gather the step's batches first: the batch's own mean
             del_term = alpha * l_sum / sums.digits.clamp(min=1)
             scale = 1.0
@@ -299,10 +307,7 @@ class DELTrainerMixin:
         if criterion_loss is None or criterion_loss.last_parts is None:
             return loss, None
         parts, criterion_loss.last_parts = criterion_loss.last_parts, None
-        scale = 1
-        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
-            # mirrors Trainer.compute_loss's factor for losses normalised by num_items_in_batch
-            scale = self.accelerator.num_processes // self.get_tp_size() if self.args.n_gpu <= 1 else self.args.n_gpu
+        scale = self._step_scales(num_items_in_batch).host_loss
         return parts["ce"] * scale, (parts["tokens"], parts["extras"])
 
     # ------------------------------------------------------------------ logging

@@ -4,8 +4,9 @@ loss paths (``nll``, ``chunked_nll``, ``dft``, Liger) are kept; the mixin adds t
     trainer = DELSFTTrainer(model=model, args=SFTConfig(...), train_dataset=data,
                             del_settings=DELSettings(alpha=0.3))
 
-What SFTTrainer brings, and what DEL does with it (tested with TRL 1.14.1, the version Axolotl 0.21 pins; run by hand
-with TRL 1.16.0, which deprecates ``compute_loss_func`` and ``return_outputs``: docs/hosts.md):
+What SFTTrainer brings, and what DEL does with it (tested with TRL 1.14.1, the version Axolotl 0.21 pins, and with
+TRL 1.16.0 on the newest-hosts test lane, which deprecates ``compute_loss_func`` and ``return_outputs``, reads
+``chunked_nll`` as ``nll`` and refuses Liger's fused linear cross-entropy: docs/hosts.md, "Versions tested"):
 
 * ``DataCollatorForLanguageModeling`` is wrapped like any collator. With ``padding_free=True`` or BFD packing it
   returns one flattened row with ``position_ids`` that restart at 0 for each sample (and the first label of each
@@ -13,7 +14,7 @@ with TRL 1.16.0, which deprecates ``compute_loss_func`` and ``return_outputs``: 
 * ``completion_only_loss`` and ``assistant_only_loss`` mask labels when the dataset is prepared; DEL reads the
   same labels, so digits in prompts are not digit targets.
 * ``loss_type``: DEL reads its digit logits from the final hidden states, so the digit term is the same under
-  ``"nll"``, ``"chunked_nll"`` (TRL's default, whose patched forward returns no logits), ``"dft"`` (a
+  ``"nll"``, ``"chunked_nll"`` (TRL 1.14's default, whose patched forward returns no logits), ``"dft"`` (a
   ``compute_loss_func``; the logged ``ce_loss`` is then the DFT loss) and Liger's fused loss. A token criterion
   (one that replaces cross-entropy, such as MixCE) replaces the loss with one computed from the full logits, so it
   needs ``loss_type="nll"`` without Liger; the other combinations are refused when DEL is set up. Its loss goes

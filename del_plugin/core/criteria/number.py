@@ -1,0 +1,99 @@
+"""The number-level criterion: one term per number, on the value the model predicts for the whole number.
+
+``ntl_number`` is the number-level Number Token Loss of ``ntloss.NumberLevelLoss`` (``float_level=False``,
+``reweigh=False``). Each digit's expected value ``E_d = sum_k p_hat_k k`` (``p_hat = softmax`` over the ten logits
+of the digit's family, or of its slot of a number token) is put at its place, and the number's predicted value
+``y_hat = sum_d E_d 10^(i_d)`` is compared with its true value ``y = sum_d y_d 10^(i_d)`` by the symmetric relative
+error
+
+    l_n = |y_hat - y| / (|y_hat| + |y| + eps * 10^(lowest place of the number)),    eps = 2^-23
+
+(bounded by 1). As ``ntloss`` reads them, a number's integer part and its decimal part are two numbers: 12.34 is 12
+and 34, each scored as an integer (with ``eps`` at its lowest digit, which the formula above writes in its
+places). The term is put at the number's first digit (0 elsewhere) and averaged over numbers, not digits
+(:func:`number_starts` marks them). Everything is vectorised over the batch: no Python loop over numbers, no host
+synchronisation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..digits import DigitTargets
+from ..places import NOT_A_DIGIT
+
+__all__ = ["NUMBER_EPS", "ntl_number_token_losses", "number_starts"]
+
+# ntloss's guard in the relative error's denominator: float32's machine epsilon, at the number's lowest digit
+NUMBER_EPS = float(torch.finfo(torch.float32).eps)
+
+
+def _previous_digit(places: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For the flattened ``places``: the places, whether each is a digit, and whether it continues the part of a
+    number that the digit before it in reading order (row after row, slot after slot) is in.
+
+    A part's places fall by one, digit after digit, and a decimal part starts at -1 (a part of its own, as
+    ``ntloss`` splits 12.34 into 12 and 34). The number reader ends every integer part at place 0 (a row's last
+    one too), so a new integer part, which starts at a place >= 0, never reads as the continuation of the digit
+    before it; nor does a new decimal part, which starts at -1. So the places alone say where the parts are (as
+    they say where DIST2's decimals are), whatever lies between two digits: unused slots, other labels, a row's end.
+    """
+    flat = places.reshape(-1).to(torch.long)
+    is_digit = flat != NOT_A_DIGIT
+    index = torch.arange(flat.numel(), device=places.device)
+    latest = torch.where(is_digit, index, -1).cummax(0).values
+    before = torch.full_like(latest, -1)
+    before[1:] = latest[:-1]
+    previous = torch.where(before >= 0, flat[before.clamp(min=0)], NOT_A_DIGIT)
+    continues = is_digit & (flat != -1) & (previous == flat + 1)
+    return flat, is_digit, continues
+
+
+def number_starts(places: torch.Tensor) -> torch.Tensor:
+    """True at the first digit of each number (each integer part and each decimal part, as ``ntloss`` splits
+    them) in ``places`` (:func:`~del_plugin.core.places.next_token_places`, ``[B, T]`` or slotted ``[B, T, M]``);
+    its sum is the count the criterion is averaged over."""
+    if places.numel() == 0:
+        return torch.zeros(places.shape, dtype=torch.bool, device=places.device)
+    _, is_digit, continues = _previous_digit(places)
+    return (is_digit & ~continues).view(places.shape)
+
+
+def ntl_number_token_losses(targets: DigitTargets, places: torch.Tensor) -> torch.Tensor:
+    """The number-level relative error ``l_n`` (module docstring) of every number, at its first digit; 0 elsewhere.
+
+    ``targets`` and ``places`` are aligned (``[B, T]``, or ``[B, T, M]`` with number tokens); float32 (float64
+    logits stay float64). The values are computed relative to each number's highest place, so a number of any
+    length stays finite (``ntloss`` caps the exponent at 19)."""
+    z = targets.logits
+    dtype = torch.promote_types(z.dtype, torch.float32)
+    if places.numel() == 0:
+        return torch.zeros(places.shape, dtype=dtype, device=z.device)
+    flat, is_digit, continues = _previous_digit(places)
+    n = flat.numel()
+    start = is_digit & ~continues
+    number = torch.cumsum(start.to(torch.long), 0) - 1
+    dump = torch.full_like(number, n)  # scatter slot of every position that is no digit
+    number = torch.where(is_digit, number, dump)
+    top = torch.zeros(n + 1, dtype=torch.long, device=z.device)  # each number's highest place: its first digit's
+    top.scatter_reduce_(0, number, flat, reduce="amax", include_self=False)
+    lowest = torch.zeros(n + 1, dtype=torch.long, device=z.device)
+    lowest.scatter_reduce_(0, number, flat, reduce="amin", include_self=False)
+    below_top = torch.where(is_digit, flat - top[number], 0).to(dtype)
+    scale = torch.pow(10.0, below_top)
+    z = z.to(dtype).reshape(n, 10)
+    expected = (torch.softmax(z, dim=-1) * torch.arange(10, device=z.device, dtype=dtype)).sum(-1)
+    truth = targets.target.reshape(n).to(dtype)
+    zero = torch.zeros((), dtype=dtype, device=z.device)
+    predicted = torch.zeros(n + 1, dtype=dtype, device=z.device).index_add(
+        0, number, torch.where(is_digit, expected * scale, zero)
+    )
+    true = torch.zeros(n + 1, dtype=dtype, device=z.device).index_add(
+        0, number, torch.where(is_digit, truth * scale, zero)
+    )
+    guard = NUMBER_EPS * torch.pow(10.0, (lowest - top).to(dtype))
+    denominator = predicted.abs() + true.abs() + guard
+    # a number of more than 45 digits predicted all-zero in float32: 0 / 0 where the guard underflows; its error is 0
+    positive = denominator > 0
+    error = torch.where(positive, (predicted - true).abs() / torch.where(positive, denominator, 1.0), 0.0)
+    return torch.where(start, error[number], 0.0).view(places.shape)

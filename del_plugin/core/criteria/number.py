@@ -49,13 +49,19 @@ def _previous_digit(places: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     return flat, is_digit, continues
 
 
-def number_starts(places: torch.Tensor) -> torch.Tensor:
+def _digits_only(places: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    # a place the caller gives where the targets hold no digit (a masked label) is not read
+    return places if mask is None else torch.where(mask, places, NOT_A_DIGIT)
+
+
+def number_starts(places: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """True at the first digit of each number (each integer part and each decimal part, as ``ntloss`` splits
-    them) in ``places`` (:func:`~del_plugin.core.places.next_token_places`, ``[B, T]`` or slotted ``[B, T, M]``);
-    its sum is the count the criterion is averaged over."""
+    them) in ``places`` (:func:`~del_plugin.core.places.next_token_places`, ``[B, T]`` or slotted ``[B, T, M]``),
+    counting only the digits where ``mask`` (the digit targets' mask, when given) is True; its sum is the count
+    the criterion is averaged over."""
     if places.numel() == 0:
         return torch.zeros(places.shape, dtype=torch.bool, device=places.device)
-    _, is_digit, continues = _previous_digit(places)
+    _, is_digit, continues = _previous_digit(_digits_only(places, mask))
     return (is_digit & ~continues).view(places.shape)
 
 
@@ -67,9 +73,7 @@ def ntl_number_token_losses(targets: DigitTargets, places: torch.Tensor) -> torc
     length stays finite (``ntloss`` caps the exponent at 19)."""
     z = targets.logits
     dtype = torch.promote_types(z.dtype, torch.float32)
-    if places.numel() == 0:
-        return torch.zeros(places.shape, dtype=dtype, device=z.device)
-    flat, is_digit, continues = _previous_digit(places)
+    flat, is_digit, continues = _previous_digit(_digits_only(places, targets.mask))
     n = flat.numel()
     start = is_digit & ~continues
     number = torch.cumsum(start.to(torch.long), 0) - 1

@@ -119,7 +119,7 @@ class CriterionSpec:
     def units(self, places: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Where the units that a digit criterion's term is averaged over are: its digit targets (``mask``), or
         for a number-level criterion (``unit="number"``) the first digit of each number in ``places``."""
-        return number_starts(places) if self.unit == "number" else mask
+        return number_starts(places, mask) if self.unit == "number" else mask
 
     @property
     def needs_full_logits(self) -> bool:

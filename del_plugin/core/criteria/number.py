@@ -22,7 +22,7 @@ import torch
 from ..digits import DigitTargets
 from ..places import NOT_A_DIGIT
 
-__all__ = ["NUMBER_EPS", "ntl_number_token_losses", "number_starts"]
+__all__ = ["NUMBER_EPS", "ntl_number_terms_and_starts", "ntl_number_token_losses", "number_starts"]
 
 # ntloss's guard in the relative error's denominator: float32's machine epsilon, at the number's lowest digit
 NUMBER_EPS = float(torch.finfo(torch.float32).eps)
@@ -71,33 +71,35 @@ def ntl_number_token_losses(targets: DigitTargets, places: torch.Tensor) -> torc
     ``targets`` and ``places`` are aligned (``[B, T]``, or ``[B, T, M]`` with number tokens); float32 (float64
     logits stay float64). The values are computed relative to each number's highest place, so a number of any
     length stays finite (``ntloss`` caps the exponent at 19)."""
+    return ntl_number_terms_and_starts(targets, places)[0]
+
+
+def ntl_number_terms_and_starts(targets: DigitTargets, places: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`ntl_number_token_losses` and :func:`number_starts` (where the numbers start, which the term is
+    averaged over) from one reading of the numbers."""
     z = targets.logits
     dtype = torch.promote_types(z.dtype, torch.float32)
     flat, is_digit, continues = _previous_digit(_digits_only(places, targets.mask))
     n = flat.numel()
     start = is_digit & ~continues
-    number = torch.cumsum(start.to(torch.long), 0) - 1
-    dump = torch.full_like(number, n)  # scatter slot of every position that is no digit
-    number = torch.where(is_digit, number, dump)
+    # each digit's number (0, 1, ... in reading order); n, a spare slot, for every position that is no digit
+    number = torch.where(is_digit, torch.cumsum(start, 0) - 1, n)
     top = torch.zeros(n + 1, dtype=torch.long, device=z.device)  # each number's highest place: its first digit's
     top.scatter_reduce_(0, number, flat, reduce="amax", include_self=False)
-    lowest = torch.zeros(n + 1, dtype=torch.long, device=z.device)
-    lowest.scatter_reduce_(0, number, flat, reduce="amin", include_self=False)
-    below_top = torch.where(is_digit, flat - top[number], 0).to(dtype)
-    scale = torch.pow(10.0, below_top)
+    # 10^(place - top), 1 at a number's first digit (the spare slot's values are never read)
+    scale = torch.pow(10.0, (flat - top[number]).to(dtype))
+    # the expected digit sum_k p_hat_k k, with the softmax written out (on a CPU torch.softmax over ten logits
+    # costs three times this); the maximum is a constant shift, so the gradient is the softmax's
     z = z.to(dtype).reshape(n, 10)
-    expected = (torch.softmax(z, dim=-1) * torch.arange(10, device=z.device, dtype=dtype)).sum(-1)
+    e = torch.exp(z - z.detach().amax(-1, keepdim=True))
+    expected = (e @ torch.arange(10, device=z.device, dtype=dtype)) / e.sum(-1)
     truth = targets.target.reshape(n).to(dtype)
-    zero = torch.zeros((), dtype=dtype, device=z.device)
-    predicted = torch.zeros(n + 1, dtype=dtype, device=z.device).index_add(
-        0, number, torch.where(is_digit, expected * scale, zero)
-    )
-    true = torch.zeros(n + 1, dtype=dtype, device=z.device).index_add(
-        0, number, torch.where(is_digit, truth * scale, zero)
-    )
-    guard = NUMBER_EPS * torch.pow(10.0, (lowest - top).to(dtype))
-    denominator = predicted.abs() + true.abs() + guard
+    # per number, in one pass: the predicted and the true value relative to the top place, and the digit count
+    parts = torch.stack([expected * scale, truth * scale, is_digit.to(dtype)], -1)
+    predicted, true, count = torch.zeros(n + 1, 3, dtype=dtype, device=z.device).index_add(0, number, parts).unbind(-1)
+    # eps at the number's lowest digit, relative to its top place (its places are consecutive)
+    denominator = predicted + true + NUMBER_EPS * torch.pow(10.0, 1.0 - count)
     # a number of more than 45 digits predicted all-zero in float32: 0 / 0 where the guard underflows; its error is 0
     positive = denominator > 0
     error = torch.where(positive, (predicted - true).abs() / torch.where(positive, denominator, 1.0), 0.0)
-    return torch.where(start, error[number], 0.0).view(places.shape)
+    return torch.where(start, error[number], 0.0).view(places.shape), start.view(places.shape)

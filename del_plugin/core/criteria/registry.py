@@ -28,7 +28,7 @@ from .digit import (
     ntl_mse_token_losses,
     ntl_was_token_losses,
 )
-from .number import ntl_number_token_losses, number_starts
+from .number import ntl_number_terms_and_starts, number_starts
 from .token import TokenCriterionTerms, emo_cost_embedding, emo_token_losses, mixce_token_losses
 
 __all__ = [
@@ -104,7 +104,8 @@ class CriterionSpec:
     (:class:`~del_plugin.core.places.PlaceWeighting`). A token criterion reads the full ``[..., V]`` logits
     (:attr:`needs_full_logits`): fused cross-entropy kernels, which never build them, are refused beside it.
     ``unit`` is what a digit criterion is averaged over: digit targets, or numbers (its term then sits at each
-    number's first digit, :meth:`units`).
+    number's first digit, :meth:`units`); a number-level criterion's ``terms_and_units`` gives its terms and where
+    its numbers start from one reading of the numbers.
     """
 
     name: str
@@ -115,6 +116,11 @@ class CriterionSpec:
     place_keys: tuple[str, ...] = ()
     prepare: Callable[[Any], dict] | None = None
     unit: Literal["digit", "number"] = "digit"
+    terms_and_units: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.unit == "number") != (self.terms_and_units is not None):
+            raise ValueError(f"criterion {self.name!r}: a number-level criterion, and only one, has terms_and_units")
 
     def units(self, places: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Where the units that a digit criterion's term is averaged over are: its digit targets (``mask``), or
@@ -154,8 +160,12 @@ def _dist2_terms(digits, places, weighting, dist2_tau):
     return dist2_token_losses(digits, dist2_place_weights(places, weighting.enabled), dist2_tau)
 
 
+def _ntl_number_terms_and_units(digits, places, weighting):
+    return ntl_number_terms_and_starts(digits, places)
+
+
 def _ntl_number_terms(digits, places, weighting):
-    return ntl_number_token_losses(digits, places)
+    return ntl_number_terms_and_starts(digits, places)[0]
 
 
 def _emo_terms(logits, labels, *, alpha, ignore_index, cost_embedding=None):
@@ -256,6 +266,7 @@ CRITERIA: dict[str, CriterionSpec] = {
             "`y_hat = sum_digits 10^i sum_k p_hat_k k`",
             _ntl_number_terms,
             unit="number",
+            terms_and_units=_ntl_number_terms_and_units,
         ),
     )
 }
@@ -327,21 +338,25 @@ def digit_criterion_sums(
     instead of dozens of small ones); a zero loss for ``mle`` and the token criteria."""
     spec = criterion_spec(criterion)
     checked = spec.check_params(params)
-    terms = spec.terms if spec.kind == "digit" else None
-    return _digit_sums(terms, spec.units, digits, places, weighting, tuple(sorted(checked.items())))
+    terms = (spec.terms_and_units or spec.terms) if spec.kind == "digit" else None
+    return _digit_sums(terms, spec.unit, digits, places, weighting, tuple(sorted(checked.items())))
 
 
 @fused
 def _digit_sums(
-    terms, units, digits: DigitTargets, places: torch.Tensor, weighting: PlaceWeighting, params
+    terms, unit, digits: DigitTargets, places: torch.Tensor, weighting: PlaceWeighting, params
 ) -> DigitTermSums:
     mask = digits.mask
+    units = mask
     if terms is None:
         loss = torch.zeros((), dtype=torch.float32, device=mask.device)
+    elif unit == "number":  # the terms and where the numbers start, from one reading of the numbers
+        per_position, units = terms(digits, places, weighting, **dict(params))
+        loss = per_position.sum()
     else:
         loss = terms(digits, places, weighting, **dict(params)).sum()
     entropy = torch.where(mask, digit_entropy(digits.logits.detach()), 0.0).sum()
-    counted = units(places, mask).sum().float()
+    counted = units.sum().float()
     return DigitTermSums(loss, mask.sum().float(), entropy, digit_correct(digits).sum().float(), counted)
 
 

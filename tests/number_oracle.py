@@ -45,5 +45,6 @@ def oracle_number_errors(
             exponent = len(positions) - 1 - k
             true += vocab.digit_of(label) * 10**exponent
             predicted = predicted + (p * torch.arange(10, dtype=torch.float64)).sum() * 10.0**exponent
+        true = float(true)  # an exact integer, rounded once to float64
         out[b, positions[0]] = (predicted - true).abs() / (predicted.abs() + abs(true) + EPS)
     return out

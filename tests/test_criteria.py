@@ -588,6 +588,32 @@ def test_ntl_number_reads_packed_rows_as_ntloss_reads_them_apart(llama_ntl):
     assert abs(control.item() - ours[1].item()) > 1e-3
 
 
+def test_ntl_number_keeps_long_numbers_exact_where_ntloss_caps_them(llama_ntl):
+    """A 25-digit and a 60-digit number: the plugin's values (relative to each number's top place) equal the slow
+    oracle's exact integers; ntloss caps the exponent at 19 (the stated difference), so it scores the 25-digit
+    number otherwise, and the 60-digit number stays finite in float32."""
+    tokenizer, vocab = llama_ntl
+    text = "x 1234567890123456789012345 y " + "9" * 60
+    labels = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+    torch.manual_seed(23)
+    logits = torch.randn(*labels.shape, len(tokenizer), dtype=torch.float64) * 3
+    digits = digit_targets_from_logits(logits, labels, vocab)
+    ours = digit_criterion_terms("ntl_number", digits, number_places(labels, vocab))
+    expected = torch.zeros(labels.shape, dtype=torch.float64)
+    for key, error in oracle_number_errors(logits, labels, vocab).items():
+        expected[key] = error
+    assert (expected != 0).sum() == 2
+    torch.testing.assert_close(ours, expected, rtol=1e-12, atol=0)
+    theirs = number_level_loss(tokenizer)(logits, labels, reduction="none")
+    first = int(expected[0].nonzero()[0])
+    assert abs(theirs[0, first].item() - ours[0, first].item()) > 1e-3
+    ours32 = digit_criterion_terms(
+        "ntl_number", digit_targets_from_logits(logits.float(), labels, vocab), number_places(labels, vocab)
+    )
+    assert torch.isfinite(ours32).all()
+    torch.testing.assert_close(ours32.double(), expected, rtol=1e-5, atol=1e-6)
+
+
 NUMBER_ALPHABET = "0123456789" * 3 + ".-, ax"
 
 

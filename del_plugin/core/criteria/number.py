@@ -18,6 +18,7 @@ synchronisation.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ..digits import DigitTargets
 from ..places import NOT_A_DIGIT
@@ -40,12 +41,13 @@ def _previous_digit(places: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     """
     flat = places.reshape(-1).to(torch.long)
     is_digit = flat != NOT_A_DIGIT
-    index = torch.arange(flat.numel(), device=places.device)
-    latest = torch.where(is_digit, index, -1).cummax(0).values
-    before = torch.full_like(latest, -1)
-    before[1:] = latest[:-1]
-    previous = torch.where(before >= 0, flat[before.clamp(min=0)], NOT_A_DIGIT)
-    continues = is_digit & (flat != -1) & (previous == flat + 1)
+    # the place of the digit before each position in reading order (NOT_A_DIGIT, the padding's, for none):
+    # a running maximum of the digits' indices, counted from 1 so that 0 points at the padding
+    counted = torch.arange(1, flat.numel() + 1, device=places.device)
+    latest = torch.where(is_digit, counted, 0).cummax(0).values
+    previous = F.pad(flat, (1, 0), value=NOT_A_DIGIT)[F.pad(latest[:-1], (1, 0))]
+    # (no position that is no digit continues: NOT_A_DIGIT + 1 is no place)
+    continues = (previous == flat + 1) & (flat != -1)
     return flat, is_digit, continues
 
 
@@ -82,24 +84,26 @@ def ntl_number_terms_and_starts(targets: DigitTargets, places: torch.Tensor) -> 
     flat, is_digit, continues = _previous_digit(_digits_only(places, targets.mask))
     n = flat.numel()
     start = is_digit & ~continues
-    # each digit's number (0, 1, ... in reading order); n, a spare slot, for every position that is no digit
-    number = torch.where(is_digit, torch.cumsum(start, 0) - 1, n)
+    # each position's number: 1, 2, ... from a number's first digit on, 0 before the first one. The positions
+    # between two numbers fall in the one before, to which they add exactly 0 (their scale below is 0)
+    number = torch.cumsum(start, 0)
     top = torch.zeros(n + 1, dtype=torch.long, device=z.device)  # each number's highest place: its first digit's
     top.scatter_reduce_(0, number, flat, reduce="amax", include_self=False)
-    # 10^(place - top), 1 at a number's first digit (the spare slot's values are never read)
+    # 10^(place - top): 1 at a number's first digit, 0 where there is no digit (a place of NOT_A_DIGIT)
     scale = torch.pow(10.0, (flat - top[number]).to(dtype))
     # the expected digit sum_k p_hat_k k, with the softmax written out (on a CPU torch.softmax over ten logits
     # costs three times this); the maximum is a constant shift, so the gradient is the softmax's
     z = z.to(dtype).reshape(n, 10)
     e = torch.exp(z - z.detach().amax(-1, keepdim=True))
     expected = (e @ torch.arange(10, device=z.device, dtype=dtype)) / e.sum(-1)
+    # `where`, not the product with a scale of 0, so that a non-finite logit off the digits cannot leak a NaN
+    expected = torch.where(is_digit, expected, 0.0)
     truth = targets.target.reshape(n).to(dtype)
     # per number, in one pass: the predicted and the true value relative to the top place, and the digit count
     parts = torch.stack([expected * scale, truth * scale, is_digit.to(dtype)], -1)
     predicted, true, count = torch.zeros(n + 1, 3, dtype=dtype, device=z.device).index_add(0, number, parts).unbind(-1)
-    # eps at the number's lowest digit, relative to its top place (its places are consecutive)
-    denominator = predicted + true + NUMBER_EPS * torch.pow(10.0, 1.0 - count)
-    # a number of more than 45 digits predicted all-zero in float32: 0 / 0 where the guard underflows; its error is 0
-    positive = denominator > 0
-    error = torch.where(positive, (predicted - true).abs() / torch.where(positive, denominator, 1.0), 0.0)
+    # eps at the number's lowest digit, relative to its top place (its places are consecutive); kept above 1e-37
+    # so that a number of more than 38 digits predicted all-zero scores 0 / 1e-37 instead of 0 / 0 in float32
+    guard = NUMBER_EPS * torch.pow(10.0, (1.0 - count).clamp(min=-30.0))
+    error = (predicted - true).abs() / (predicted + true + guard)
     return torch.where(start, error[number], 0.0).view(places.shape), start.view(places.shape)

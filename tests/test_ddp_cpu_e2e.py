@@ -198,7 +198,7 @@ def test_logged_parts_at_world_size_two_equal_world_size_one(runs):
 
 
 def test_number_level_criterion_at_world_size_two_equals_world_size_one(runs):
-    """``ntl_number`` is averaged over the step's numbers, counted over both ranks (rank 0 holds most of them)."""
+    """``ntl_number`` is averaged over the numbers of the whole step, counted over both ranks."""
     one, two = runs
     for rank in (0, 1):
         assert_grads_close(two["ntl_number"][rank]["grads"], one["ntl_number"][0]["grads"], f"rank {rank}")

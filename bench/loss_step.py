@@ -266,6 +266,11 @@ class Case:
         self.num_items = (self.aligned != -100).sum()
         is_digit = self.places != NOT_A_DIGIT
         self.n_digits = is_digit.sum()  # digit targets; with number tokens, digit slots
+        # the units each criterion is averaged over (digits; numbers for a number-level criterion), counted as
+        # DELTrainer.get_batch_samples counts them, off the step
+        from del_plugin.core.criteria import CRITERIA
+
+        self.units = {name: spec.units(self.places, is_digit).sum() for name, spec in CRITERIA.items()}
         # targets by the digits they hold (index 0: no digit), and the targets that are number tokens
         per_target = is_digit.sum(-1) if is_digit.dim() == 3 else is_digit.long()
         self.targets_by_digits = torch.bincount(
@@ -292,12 +297,12 @@ class Case:
 
     def del_from_hidden(self, hidden: torch.Tensor, weight: torch.Tensor, criterion: str = "del") -> torch.Tensor:
         """The trainer's digit term: digit logits from the hidden states, the criterion's per-position losses,
-        ``alpha * sum / digit count``."""
+        ``alpha * sum / digit count`` (number count for a number-level criterion)."""
         from del_plugin.core import digit_targets_from_hidden
         from del_plugin.core.criteria import digit_criterion_sums
 
         targets = digit_targets_from_hidden(hidden, weight, self.aligned, self.vocab, self.positions)
-        return ALPHA * digit_criterion_sums(criterion, targets, self.places).loss / self.n_digits.clamp(min=1)
+        return ALPHA * digit_criterion_sums(criterion, targets, self.places).loss / self.units[criterion].clamp(min=1)
 
     def del_logits_api(self, logits: torch.Tensor) -> torch.Tensor:
         from del_plugin.core import digit_entropy_loss

@@ -43,6 +43,7 @@ def build_trainer(argv: list[str] | None = None, **training_args) -> DELTrainer:
     parser.add_argument("--output-dir", default="runs/plain_hf_trainer")
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    parser.add_argument("--criterion", default="del", help="del_criterion: del, ntl_number, ... (docs/criteria.md)")
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--grad-accum", type=int, default=1)
     args = parser.parse_args(argv)
@@ -68,7 +69,7 @@ def build_trainer(argv: list[str] | None = None, **training_args) -> DELTrainer:
         train_dataset=[tokenize(tokenizer, q, a) for q, a in EXAMPLES],
         data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True),
         processing_class=tokenizer,
-        del_settings=DELSettings(alpha=args.alpha),
+        del_settings=DELSettings(criterion=args.criterion, alpha=args.alpha),
     )
 
 

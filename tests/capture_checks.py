@@ -25,9 +25,20 @@ class Step(NamedTuple):
 
 
 def ce_plus_del_step(
-    model, batch: dict, vocab, *, from_logits: bool, alpha: float = 0.5, train: bool | None = True, **forward_kwargs
+    model,
+    batch: dict,
+    vocab,
+    *,
+    from_logits: bool,
+    alpha: float = 0.5,
+    train: bool | None = True,
+    criterion: str = "del",
+    logits_loss=None,
+    **forward_kwargs,
 ) -> Step:
-    """CE (the model's own ``out.loss``) + ``alpha`` x DEL on ``batch``; ``train=None`` keeps the model's mode."""
+    """CE (the model's own ``out.loss``) + ``alpha`` x DEL (or another digit ``criterion``) on ``batch``;
+    ``train=None`` keeps the model's mode. ``logits_loss(logits, targets)``, when given, replaces the criterion
+    by an independent reference computed from the logits the forward returned."""
     targets = shift_to_next_token(batch["labels"], -100)
     places = next_token_places(batch["labels"], vocab)
     if train is not None:
@@ -43,7 +54,11 @@ def ce_plus_del_step(
         )
     finally:
         capture.remove()
-    loss = out.loss + digit_criterion_loss("del", digits, places, alpha=alpha)
+    if logits_loss is not None:
+        term = alpha * logits_loss(out.logits, targets)
+    else:
+        term = digit_criterion_loss(criterion, digits, places, alpha=alpha)
+    loss = out.loss + term
     if _deepspeed_engine(model):
         model.backward(loss)  # the engine's backward ends by reducing ZeRO's gradients into its partitions
     else:

@@ -88,7 +88,11 @@ def runs(tmp_path_factory):
             overrides.setdefault("dataset_prepared_path", str(tmp / f"prepared-w{world}"))  # tokenised once
             return {"config": config(tmp / f"w{world}-{name}", model_dir, data, world, **overrides), "setup": setup}
 
-        plan = {"del": run("del"), "ce": run("ce", del_alpha=0.0)}
+        plan = {
+            "del": run("del"),
+            "ce": run("ce", del_alpha=0.0),
+            "ntl_number": run("ntl_number", del_criterion="ntl_number"),
+        }
         if world == 2:
             # control: the same run with each rank dividing by its own digit count
             plan["rank_local"] = run("rank_local", setup=f"{__name__}:rank_local_digit_count")
@@ -191,6 +195,18 @@ def test_logged_parts_at_world_size_two_equal_world_size_one(runs):
         expected = train_log(one[name][0])
         assert expected["digit_targets"] == sum(DIGITS_PER_ROW)
         assert_ranks_log(expected, two[name], name)
+
+
+def test_number_level_criterion_at_world_size_two_equals_world_size_one(runs):
+    """``ntl_number`` is averaged over the numbers of the whole step, counted over both ranks."""
+    one, two = runs
+    for rank in (0, 1):
+        assert_grads_close(two["ntl_number"][rank]["grads"], one["ntl_number"][0]["grads"], f"rank {rank}")
+    contribution = del_contribution(one["ntl_number"][0], one["ce"][0])
+    assert max(g.abs().max().item() for g in contribution.values()) > 1e-4
+    expected = train_log(one["ntl_number"][0])
+    assert expected["digit_targets"] == sum(DIGITS_PER_ROW) and 0 < expected["del_l_num"] <= 1
+    assert_ranks_log(expected, two["ntl_number"], "ntl_number")
 
 
 def test_control_rank_local_digit_mean_changes_the_gradient(runs):

@@ -19,6 +19,7 @@ from del_plugin.core.capture import DigitCaptureError
 from capture_checks import Step, assert_same_step, ce_plus_del_step
 from fake_vocab import VOCAB, V, encode
 from fused_kernels import CALLS, apply_liger, cce_style_forward, liger_on_cpu, restored_forwards
+from number_oracle import oracle_number_errors
 from tiny_models import tiny_causal_lm
 from trainer_checks import LOGGED_KEYS
 
@@ -138,6 +139,28 @@ def test_cut_cross_entropy_forward_in_training_and_eval(model_type):
         assert_same(reference, ce_plus_del(model, from_logits=False))
         # CCE returns no logits in evaluation either; the digit logits are still read
         assert_digits_read_in_eval_without_logits(model)
+
+
+def number_oracle_mean(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    errors = oracle_number_errors(logits, targets, VOCAB)
+    assert len(errors) >= 6
+    return sum(errors.values()) / len(errors)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("kernel", ["liger_fused_linear_cross_entropy", "cut_cross_entropy"])
+def test_number_level_criterion_beside_the_fused_kernels(kernel):
+    """``ntl_number`` read from the hidden states under a kernel that returns no logits: the loss and every LoRA
+    gradient of a slow per-number oracle (tests/number_oracle.py) on the plain forward's logits."""
+    model = tiny_lora_model("llama")
+    reference = ce_plus_del_step(model, batch(), VOCAB, from_logits=True, logits_loss=number_oracle_mean)
+    with restored_forwards(), liger_on_cpu():
+        if kernel == "cut_cross_entropy":
+            type(model.get_base_model()).forward = cce_style_forward
+        else:
+            apply_liger("llama", fused_linear_cross_entropy=True)
+        fused = ce_plus_del_step(model, batch(), VOCAB, from_logits=False, criterion="ntl_number")
+    assert_same(reference, fused)
 
 
 def test_cut_cross_entropy_folds_a_lora_head_and_del_reads_the_same_adapter():

@@ -63,7 +63,7 @@ def test_dels_small_ops_compile_whole_and_give_the_eager_results(monkeypatch):
     from del_plugin.core.criteria.registry import _digit_sums
     from del_plugin.core.digits import _assemble_slots, _select_family
 
-    def run(vocab, labels, mode):
+    def run(vocab, labels, mode, criterion="del"):
         monkeypatch.setenv("DEL_PLUGIN_COMPILE", mode)
         gen = torch.Generator().manual_seed(0)
         rows = max(int(labels.max()), *vocab.number_row_ids) + 1
@@ -73,7 +73,7 @@ def test_dels_small_ops_compile_whole_and_give_the_eager_results(monkeypatch):
         places = next_token_places(labels, vocab)
         positions = number_target_positions(targets, vocab) if vocab.max_digits > 1 else None
         digits = digit_targets_from_hidden(hidden, weight, targets, vocab, positions)
-        sums = digit_criterion_sums("del", digits, places)
+        sums = digit_criterion_sums(criterion, digits, places)
         sums.loss.backward()
         return [digits.logits.detach(), *(s.detach() for s in sums), hidden.grad, weight.grad]
 
@@ -97,6 +97,10 @@ def test_dels_small_ops_compile_whole_and_give_the_eager_results(monkeypatch):
         for a, b in zip(run(vocab, longer, "0"), run(vocab, longer, "1")):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+    # the number-level criterion (its numbers read with cumulative and scatter ops) compiles whole too
+    for a, b in zip(run(VOCAB, spm, "0", "ntl_number"), run(VOCAB, spm, "1", "ntl_number")):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    assert _digit_sums.failure is None and _digit_sums.compiled is not None
 
 
 # ---------------------------------------------------------------------------------------------- the collator

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from del_plugin.hf.collator import NumberSpanCollator
@@ -42,7 +43,7 @@ def test_mixed_precision_float32_weights_under_bf16_autocast(tmp_path):
     assert len(logs) == 2 and all(log["del_loss"] > 0 and math.isfinite(log["loss"]) for log in logs)
 
 
-def first_step_gradients(tmp_path, batch_size: int, grad_accum: int) -> dict[str, torch.Tensor]:
+def first_step_gradients(tmp_path, batch_size: int, grad_accum: int, criterion: str = "del") -> dict[str, torch.Tensor]:
     trainer = example.build_trainer(
         [
             "--output-dir",
@@ -51,6 +52,8 @@ def first_step_gradients(tmp_path, batch_size: int, grad_accum: int) -> dict[str
             "1",
             "--alpha",
             "2.0",
+            "--criterion",
+            criterion,
             "--batch-size",
             str(batch_size),
             "--grad-accum",
@@ -74,17 +77,19 @@ def per_micro_batch_samples(self, epoch_iterator, num_batches, device):
     return samples, num_items
 
 
-def test_gradient_is_independent_of_micro_batching(tmp_path, monkeypatch):
-    # the four examples hold 6 to 15 answer digits: per-micro-batch means would weigh them differently
-    one_by_four = first_step_gradients(tmp_path / "ga4", 1, 4)
-    four_by_one = first_step_gradients(tmp_path / "ga1", 4, 1)
+@pytest.mark.parametrize("criterion", ["del", "ntl_number"])
+def test_gradient_is_independent_of_micro_batching(tmp_path, monkeypatch, criterion):
+    # the four examples hold 6 to 15 answer digits in 4 to 7 numbers: per-micro-batch means would weigh them
+    # differently (ntl_number is averaged over the numbers of the step, the others over its digits)
+    one_by_four = first_step_gradients(tmp_path / "ga4", 1, 4, criterion)
+    four_by_one = first_step_gradients(tmp_path / "ga1", 4, 1, criterion)
     assert one_by_four.keys() == four_by_one.keys()
     for name in one_by_four:
         torch.testing.assert_close(one_by_four[name], four_by_one[name], rtol=1e-4, atol=1e-6, msg=name)
 
     # Control: normalising DEL per micro-batch moves the gradient.
     monkeypatch.setattr(example.DELTrainer, "get_batch_samples", per_micro_batch_samples)
-    per_micro = first_step_gradients(tmp_path / "ref", 1, 4)
+    per_micro = first_step_gradients(tmp_path / "ref", 1, 4, criterion)
     differs = [n for n in per_micro if not torch.allclose(per_micro[n], four_by_one[n], rtol=1e-3, atol=1e-5)]
     assert differs
 

@@ -47,6 +47,7 @@ def test_holm_by_hand():
 def test_settings_and_plan():
     assert parse_setting("del:0.3") == Setting("del", 0.3)
     assert parse_setting("dist2:1.28").folder == "dist2-a1.28"
+    assert parse_setting("ntl_number:0.3") == Setting("ntl_number", 0.3)  # every digit criterion, number level too
     assert [parse_setting(s).key for s in DEFAULT_SETTINGS] == list(DEFAULT_SETTINGS)
     for bad in ("del", "mixce:0.5", "del:-1", "del:x"):
         with pytest.raises(argparse.ArgumentTypeError):

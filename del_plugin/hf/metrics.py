@@ -16,7 +16,7 @@ SPLITS = ("train", "eval")
 TOKEN_MEAN = "token_mean:"
 TARGET_TOKENS = "target_tokens"
 # the digit statistics of a batch, kept as one vector
-DIGIT_PARTS = ("l_num", "digits", "entropy", "correct")
+DIGIT_PARTS = ("l_num", "digits", "entropy", "correct", "units")
 
 
 class DigitMetrics:
@@ -37,7 +37,8 @@ class DigitMetrics:
         self.eval_prefix = "eval"  # the metric_key_prefix of the evaluation in progress
 
     def start_step(self, digits: torch.Tensor) -> None:
-        """A new optimizer step whose micro-batches hold ``digits`` digit targets (over all ranks)."""
+        """A new optimizer step whose micro-batches hold ``digits`` digit targets (numbers, for a number-level
+        criterion) over all ranks."""
         self.step_digits = digits
         self.steps_since_log += 1
 
@@ -64,8 +65,9 @@ class DigitMetrics:
     @torch.no_grad()
     def add_digits(self, split: str, sums: DigitTermSums) -> None:
         """The digit statistics of one batch (:class:`~del_plugin.core.criteria.DigitTermSums`): ``l_num`` (the
-        criterion's unweighted sum), the digit count, their entropy and how many are correct, as one vector."""
-        parts = torch.stack([sums.loss.detach(), sums.digits, sums.entropy, sums.correct])
+        criterion's unweighted sum), the digit count, their entropy, how many are correct and the units the criterion
+        is averaged over (digits, or numbers), as one vector."""
+        parts = torch.stack([sums.loss.detach(), sums.digits, sums.entropy, sums.correct, sums.units])
         self._add(split, "digit_parts", parts)
 
     @torch.no_grad()
@@ -105,7 +107,7 @@ class DigitMetrics:
         logs = {
             "ce_loss": values["ce"] / denom,
             "del_loss": values["del"] / denom,
-            "del_l_num": values["l_num"] / digits if digits else 0.0,
+            "del_l_num": values["l_num"] / values["units"] if values["units"] else 0.0,
             "digit_entropy": values["entropy"] / digits if digits else 0.0,
             "digit_accuracy": values["correct"] / digits if digits else 0.0,
             "digit_targets": digits,

@@ -4,11 +4,11 @@
     trainer = MyTrainer(model=model, args=args, ..., del_settings=DELSettings(alpha=0.3))
 
 Normalisation: the digit term of an optimizer step is ``alpha * sum(l_t) / N``, the sum and the digit count ``N``
-over *all* micro-batches of the step and all data-parallel ranks. Each micro-batch contributes
-``alpha * sum_micro(l_t) / N``, rescaled for what the Trainer does next (it divides the loss by the accumulation
-steps unless the loss is "scaled for GA"; DDP and FSDP average gradients over ranks: the factors are
-:func:`~del_plugin.hf.normalisation.step_scales`). The gradient is then the same for any micro-batch size,
-accumulation and GPU count.
+(the number count, for a number-level criterion) over *all* micro-batches of the step and all data-parallel ranks.
+Each micro-batch contributes ``alpha * sum_micro(l_t) / N``, rescaled for what the Trainer does next (it divides the
+loss by the accumulation steps unless the loss is "scaled for GA"; DDP and FSDP average gradients over ranks: the
+factors are :func:`~del_plugin.hf.normalisation.step_scales`). The gradient is then the same for any micro-batch
+size, accumulation and GPU count.
 
 The mixin's state is five named objects: ``del_settings`` (:class:`DELSettings`), ``del_vocab``, ``del_capture``
 (the digit logits read from the final hidden states, whatever computes the cross-entropy), ``del_metrics``
@@ -150,10 +150,13 @@ class DELTrainerMixin:
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
         if self.del_settings is not None:
+            # the units the criterion is averaged over: digit targets, or numbers for a number-level criterion
+            spec = self.del_settings.spec
             digits = torch.zeros((), dtype=torch.long, device=device)
             for batch in batch_samples:
                 if TARGET_PLACES_KEY in batch:
-                    digits = digits + (batch[TARGET_PLACES_KEY] != NOT_A_DIGIT).sum().to(device)
+                    places = batch[TARGET_PLACES_KEY]
+                    digits = digits + spec.units(places, places != NOT_A_DIGIT).sum().to(device)
             if self.args.world_size > 1:
                 digits = self.accelerator.gather(digits.reshape(1)).sum()
             self.del_metrics.start_step(digits)
@@ -226,7 +229,7 @@ class DELTrainerMixin:
             del_term = alpha * l_sum * scales.digit_term / metrics.step_digits.clamp(min=1)
             scale = scales.logged
         else:  # evaluation, or a loop that does not gather the step's batches first: the batch's own mean
-            del_term = alpha * l_sum / sums.digits.clamp(min=1)
+            del_term = alpha * l_sum / sums.units.clamp(min=1)
             scale = 1.0
         if split == "train":
             metrics.add_train(ce_logged, del_term, scale, self.args.logging_nan_inf_filter)

@@ -28,6 +28,7 @@ from .digit import (
     ntl_mse_token_losses,
     ntl_was_token_losses,
 )
+from .number import ntl_number_terms_and_starts, number_starts
 from .token import TokenCriterionTerms, emo_cost_embedding, emo_token_losses, mixce_token_losses
 
 __all__ = [
@@ -102,6 +103,9 @@ class CriterionSpec:
     ``formula`` is the loss as the docs table shows it; ``place_keys`` are the place-weight keys it reads
     (:class:`~del_plugin.core.places.PlaceWeighting`). A token criterion reads the full ``[..., V]`` logits
     (:attr:`needs_full_logits`): fused cross-entropy kernels, which never build them, are refused beside it.
+    ``unit`` is what a digit criterion is averaged over: digit targets, or numbers (its term then sits at each
+    number's first digit, :meth:`units`); a number-level criterion's ``terms_and_units`` gives its terms and where
+    its numbers start from one reading of the numbers.
     """
 
     name: str
@@ -111,6 +115,17 @@ class CriterionSpec:
     params: tuple[Param, ...] = ()
     place_keys: tuple[str, ...] = ()
     prepare: Callable[[Any], dict] | None = None
+    unit: Literal["digit", "number"] = "digit"
+    terms_and_units: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.unit == "number") != (self.terms_and_units is not None):
+            raise ValueError(f"criterion {self.name!r}: a number-level criterion, and only one, has terms_and_units")
+
+    def units(self, places: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Where the units that a digit criterion's term is averaged over are: its digit targets (``mask``), or
+        for a number-level criterion (``unit="number"``) the first digit of each number in ``places``."""
+        return number_starts(places, mask) if self.unit == "number" else mask
 
     @property
     def needs_full_logits(self) -> bool:
@@ -143,6 +158,14 @@ def _del_dist_terms(digits, places, weighting):
 
 def _dist2_terms(digits, places, weighting, dist2_tau):
     return dist2_token_losses(digits, dist2_place_weights(places, weighting.enabled), dist2_tau)
+
+
+def _ntl_number_terms_and_units(digits, places, weighting):
+    return ntl_number_terms_and_starts(digits, places)
+
+
+def _ntl_number_terms(digits, places, weighting):
+    return ntl_number_terms_and_starts(digits, places)[0]
 
 
 def _emo_terms(logits, labels, *, alpha, ignore_index, cost_embedding=None):
@@ -236,6 +259,15 @@ CRITERIA: dict[str, CriterionSpec] = {
             _del_dist_terms,
             place_keys=_DEL_PLACE_KEYS,
         ),
+        CriterionSpec(
+            "ntl_number",
+            "digit",
+            "`CE + alpha * mean_numbers abs(y_hat - y) / (abs(y_hat) + abs(y) + eps)`, "
+            "`y_hat = sum_digits 10^i sum_k p_hat_k k`",
+            _ntl_number_terms,
+            unit="number",
+            terms_and_units=_ntl_number_terms_and_units,
+        ),
     )
 }
 DIGIT_CRITERIA: tuple[str, ...] = tuple(n for n, c in CRITERIA.items() if c.kind == "digit")
@@ -283,12 +315,14 @@ def digit_criterion_terms(
 class DigitTermSums(NamedTuple):
     """What a training step needs of a digit criterion on one batch, as float32 scalars: ``loss``, the sum of its
     per-position term (with its graph), and, without a graph, the batch's ``digits`` (digit targets), the sum of
-    their digit ``entropy`` (nats) and how many are ``correct`` (the most likely digit is the target)."""
+    their digit ``entropy`` (nats), how many are ``correct`` (the most likely digit is the target) and the
+    ``units`` the term is averaged over (:meth:`CriterionSpec.units`: the digit targets, or the numbers)."""
 
     loss: torch.Tensor
     digits: torch.Tensor
     entropy: torch.Tensor
     correct: torch.Tensor
+    units: torch.Tensor
 
 
 def digit_criterion_sums(
@@ -304,19 +338,26 @@ def digit_criterion_sums(
     instead of dozens of small ones); a zero loss for ``mle`` and the token criteria."""
     spec = criterion_spec(criterion)
     checked = spec.check_params(params)
-    terms = spec.terms if spec.kind == "digit" else None
-    return _digit_sums(terms, digits, places, weighting, tuple(sorted(checked.items())))
+    terms = (spec.terms_and_units or spec.terms) if spec.kind == "digit" else None
+    return _digit_sums(terms, spec.unit, digits, places, weighting, tuple(sorted(checked.items())))
 
 
 @fused
-def _digit_sums(terms, digits: DigitTargets, places: torch.Tensor, weighting: PlaceWeighting, params) -> DigitTermSums:
+def _digit_sums(
+    terms, unit, digits: DigitTargets, places: torch.Tensor, weighting: PlaceWeighting, params
+) -> DigitTermSums:
     mask = digits.mask
+    units = mask
     if terms is None:
         loss = torch.zeros((), dtype=torch.float32, device=mask.device)
+    elif unit == "number":  # the terms and where the numbers start, from one reading of the numbers
+        per_position, units = terms(digits, places, weighting, **dict(params))
+        loss = per_position.sum()
     else:
         loss = terms(digits, places, weighting, **dict(params)).sum()
     entropy = torch.where(mask, digit_entropy(digits.logits.detach()), 0.0).sum()
-    return DigitTermSums(loss, mask.sum().float(), entropy, digit_correct(digits).sum().float())
+    counted = units.sum().float()
+    return DigitTermSums(loss, mask.sum().float(), entropy, digit_correct(digits).sum().float(), counted)
 
 
 def digit_criterion_loss(
@@ -330,9 +371,10 @@ def digit_criterion_loss(
     **params: float,
 ) -> torch.Tensor:
     """``alpha`` times a digit criterion on :class:`DigitTargets` (from logits, hidden states or a capture) and
-    the aligned ``places``: the mean over digit targets (0 when there is none), the sum, or per position."""
+    the aligned ``places``: the mean over digit targets (over numbers for a number-level criterion; 0 when there
+    is none), the sum, or per position."""
     per_token = digit_criterion_terms(criterion, digits, places, weighting=weighting, **params)
-    return reduce_token_losses(per_token, digits.mask, reduction, alpha)
+    return reduce_token_losses(per_token, criterion_spec(criterion).units(places, digits.mask), reduction, alpha)
 
 
 def digit_entropy_loss(

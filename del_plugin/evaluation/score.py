@@ -140,6 +140,13 @@ def score_predictions(
     return report.data
 
 
+def answer_key(task: EvalTask) -> list[str]:
+    """What a program of ``task`` must not see (besides the shipped sets, always hidden): the set's file and, for
+    a set read from ``--benchmark-dir``, that whole folder (``<dir>/<set>/<file>``: every set in it)."""
+    path = Path(task.source["path"])
+    return [str(path)] + ([str(path.parents[1])] if task.benchmark and not task.benchmark.shipped else [])
+
+
 def program_verdicts(
     task: EvalTask, problems, texts: list[str], timeout_s: float, sandbox: str
 ) -> list[tuple[Verdict, dict | None]]:
@@ -147,7 +154,8 @@ def program_verdicts(
     ``sandbox``) and what it prints read as "The answer is <stdout>" (a program that fails: no answer); an output
     without a program is read as it is. Per problem: the verdict, and the program's run (None without one)."""
     programs = [extract_program(text) for text in texts]
-    runs = iter(run_programs([p for p in programs if p is not None], timeout_s=timeout_s, sandbox=sandbox))
+    found = [p for p in programs if p is not None]
+    runs = iter(run_programs(found, timeout_s=timeout_s, sandbox=sandbox, hidden=answer_key(task)))
     outcomes = []
     for problem, text, program in zip(problems, texts, programs):
         if program is None:

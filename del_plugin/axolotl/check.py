@@ -37,6 +37,8 @@ from pathlib import Path
 
 import yaml
 
+from .config_yaml import YamlLimitError, load_yaml, read_yaml_bytes
+
 # before anything imports huggingface_hub or transformers: read local files and the cache only
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
@@ -236,7 +238,9 @@ def read_config(path: Path) -> dict:
         inside = f" (in it: {', '.join(found[:4])}{', ...' if len(found) > 4 else ''})" if found else ""
         raise UnusableInput(f"{path} is a folder; pass the Axolotl YAML file itself{inside}")
     try:
-        data = path.read_bytes()
+        data = read_yaml_bytes(path)
+    except YamlLimitError as err:
+        raise UnusableInput(str(err)) from None
     except FileNotFoundError:
         raise UnusableInput(f"{path}: no such file; pass the path of the Axolotl YAML you train with") from None
     except OSError as err:
@@ -249,7 +253,9 @@ def read_config(path: Path) -> dict:
             f"{path} is not UTF-8 text (byte 0x{data[err.start]:02x} on line {line}); save it as UTF-8"
         ) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
+    except YamlLimitError as err:
+        raise UnusableInput(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

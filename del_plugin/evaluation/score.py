@@ -13,7 +13,7 @@ from pathlib import Path
 from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sandbox, run_programs
 from .benchmarks.readers import Verdict
 from .benchmarks.sets import BENCHMARKS
-from .errors import UnusableInput, UsageError, read_input_bytes
+from .errors import UnusableInput, UsageError, is_unicode_text, json_value, read_input_bytes
 from .metrics import GenerationMetrics, ProgramCounts
 from .report import RunReport, require_eval_extra
 from .tasks import EvalTask, benchmark_task, generation_record, refuse_modified_sets
@@ -49,9 +49,9 @@ def read_predictions(predictions: str | Path | Iterable[dict], n_problems: int) 
     for number, row in rows:
         if isinstance(row, str):
             try:
-                row = json.loads(row)
-            except json.JSONDecodeError as err:
-                errors.append(f"{where}:{number}: not valid JSON ({err.msg})")
+                row = json_value(row)
+            except ValueError as err:
+                errors.append(f"{where}:{number}: {err}")
                 continue
         if not isinstance(row, dict) or "id" not in row or "output" not in row:
             errors.append(f"{where}:{number}: expected an object with `id` and `output`")
@@ -61,6 +61,8 @@ def read_predictions(predictions: str | Path | Iterable[dict], n_problems: int) 
             errors.append(f"{where}:{number}: `id` {problem_id!r} is not a problem index 0..{n_problems - 1}")
         elif not isinstance(output, str):
             errors.append(f"{where}:{number}: `output` is {type(output).__name__}, not a string")
+        elif not is_unicode_text(output):
+            errors.append(f"{where}:{number}: `output` holds a lone surrogate escape (\\ud800-\\udfff): not text")
         elif problem_id in outputs:
             errors.append(f"{where}:{number}: `id` {problem_id} given twice")
         else:

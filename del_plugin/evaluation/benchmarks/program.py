@@ -309,7 +309,7 @@ def _run(
     cpu_seconds = max(1, int(timeout_s + 0.999))
     with _program_folder(unsandboxed=mode == UNSANDBOXED) as work:
         source, out_path, err_path = work / "program.py", work / "stdout.txt", work / "stderr.txt"
-        # a lone surrogate (not Unicode text) goes in as U+FFFD: the program fails on it, as on any typo
+        # a lone surrogate (not Unicode text: JSON's \ud800 makes one) goes in as '?'
         source.write_bytes(code.encode("utf-8", errors="replace"))
         status_read, status_write = os.pipe()
         settings = _launcher_settings(mode, status_write, cpu_seconds, memory_mb << 20, output_bytes, processes, hidden)

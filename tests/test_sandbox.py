@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -145,11 +146,15 @@ def run_as_unprivileged_user(sandbox: str, scratch: Path) -> dict:
     planted.write_text("the user's secret\n", encoding="utf-8")
     for path in (scratch, home, planted):
         os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
-    needed = sorted({real for real, _ in program_module._python_binds()} | {str(PROJECT), str(scratch)})
+    # a bwrap found on the caller's PATH (say /usr/local/bin) is the one the sandbox runs: on the user's PATH too
+    bwrap = program_module._bwrap_executable()
+    extra = [os.path.dirname(bwrap)] if bwrap and os.path.dirname(bwrap) not in ("/usr/bin", "/bin") else []
+    needed = sorted({real for real, _ in program_module._python_binds()} | {str(PROJECT), str(scratch), *extra})
     driver = [sys.executable, str(PROJECT / "tests" / "sandbox_programs.py"), sandbox, str(planted)]
     user = ["setpriv", f"--reuid={UNPRIVILEGED}", f"--regid={UNPRIVILEGED}", "--clear-groups"]
     secret = f"{SECRET_VARIABLE}=hf_{uuid.uuid4().hex}"  # in the environment it starts with: in its /proc/<pid>/environ
-    environment = ["env", "-i", "PATH=/usr/bin:/bin", f"HOME={home}", f"PYTHONPATH={PROJECT}", secret]
+    path = ":".join(extra + ["/usr/bin", "/bin"])
+    environment = ["env", "-i", f"PATH={path}", f"HOME={home}", f"PYTHONPATH={PROJECT}", secret]
     command = user + environment + driver + [str(PROJECT), str(scratch)]
     staging = tempfile.mkdtemp(prefix="del-eval-sandbox-staging-")
     try:
@@ -304,3 +309,69 @@ def test_a_python_installation_under_tmp_runs_programs_in_a_folder_of_their_own(
         assert len(blocked) == 3, (mode, blocked)
         assert folder == "/del-eval-program", (mode, run)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]  # nothing escaped onto the host
+
+
+# ---------------------------------------------------------------------------------------------- bwrap, killed runs
+
+
+def test_bwrap_is_checked_and_run_from_one_absolute_path(tmp_path, monkeypatch):
+    """A bwrap found on the caller's PATH only (as in /usr/local/bin) is the one checked and the one the command
+    runs, by its absolute path: the programs' own PATH (/usr/bin:/bin) would not find it (the check passed, then
+    every program failed with "cannot run bwrap: No such file or directory")."""
+    folder = tmp_path / "local-bin"
+    folder.mkdir()
+    fake = folder / "bwrap"
+    fake.write_text("#!/bin/sh\necho bubblewrap 0.8.0\n", encoding="utf-8")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    program_module._bwrap_executable.cache_clear()
+    try:
+        assert program_module._bwrap_problem() is None
+        settings = program_module._launcher_settings("bwrap", 3, 5, 1 << 30, 1000, 4)
+        assert program_module._bwrap_command(settings)[0] == str(fake)
+    finally:
+        program_module._bwrap_executable.cache_clear()
+
+
+_RUN_ONE = """
+import sys
+sys.path.insert(0, sys.argv[1] + '/tests')
+from sandbox_programs import load_program_module
+program = load_program_module(sys.argv[1])
+print(program.run_program('import time\\ntime.sleep(120)\\nprint(1)', sandbox='none', timeout_s=120))
+"""
+
+
+def test_the_folders_of_a_killed_run_are_removed_by_the_next_run_and_a_running_ones_kept(tmp_path):
+    """Two runs each with a program running (their folders in TMPDIR); one is killed with SIGKILL (no cleanup of
+    its own runs): the next run in this process removes its folder, and keeps the folder of the one still going
+    (concurrent runs share TMPDIR)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    environment = dict(os.environ, TMPDIR=str(tmp))
+    command = [sys.executable, "-I", "-c", _RUN_ONE, str(PROJECT)]
+    killed, running = (subprocess.Popen(command, env=environment) for _ in range(2))
+    try:
+        deadline = time.monotonic() + 120
+        while len([p for p in tmp.iterdir() if (p / "program.py").exists()]) < 2:
+            assert time.monotonic() < deadline, list(tmp.iterdir())
+            time.sleep(0.1)
+        folders = {p.name.split("-")[3]: p for p in tmp.iterdir()}  # del-eval-program-<pid>-<start>-*
+        assert set(folders) == {str(killed.pid), str(running.pid)}, folders
+        killed.kill()
+        killed.wait()
+        assert folders[str(killed.pid)].exists()  # nothing of the killed run removed it
+        saved = tempfile.tempdir
+        tempfile.tempdir = str(tmp)
+        program_module._remove_folders_of_ended_runs.cache_clear()
+        try:
+            assert run_programs(["print(6 * 7)"], sandbox=UNSANDBOXED)[0].stdout == "42\n"
+        finally:
+            tempfile.tempdir = saved
+            program_module._remove_folders_of_ended_runs.cache_clear()
+        assert not folders[str(killed.pid)].exists()
+        assert folders[str(running.pid)].exists()  # a run still going keeps its folder
+    finally:
+        for process in (killed, running):
+            process.kill()
+            process.wait()

@@ -374,9 +374,12 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     raw = read_config(args.config)
     hub_ids = {}  # the folder standing in for a hub id -> the hub id, to name it in the report
     for key in SOURCE_KEYS:
-        if raw.get(key) in args.mapping:
+        if isinstance(raw.get(key), str) and raw[key] in args.mapping:
             hub_ids[args.mapping[raw[key]]] = raw[key]
             raw[key] = args.mapping[raw[key]]
+    if not isinstance(raw.get("plugins") or [], list):
+        report.add(FAILED, "plugins", f"`plugins` is not a list; write it as\nplugins:\n  - {PLUGIN_NAME}")
+        return report
     if not plugin_enabled(raw) and not any(str(k).startswith("del_") for k in raw):
         report.add(FAILED, "plugin", f"{args.config} does not list {PLUGIN_NAME} in `plugins`; DEL would not run")
         return report

@@ -375,3 +375,23 @@ def test_the_folders_of_a_killed_run_are_removed_by_the_next_run_and_a_running_o
         for process in (killed, running):
             process.kill()
             process.wait()
+
+
+def test_the_answer_key_is_covered_wherever_a_bind_shows_it(tmp_path):
+    """Where the covers go (the mounts themselves are tested from inside the sandbox in tests/test_install.py): a
+    hidden folder under a bind shown at two paths (a venv's link and its real path) is covered at both; a hidden
+    file inside a covered folder is covered with it; a hidden folder that holds a bind (a --benchmark-dir above
+    the Python installation) is not covered whole, and the set file named beside it is."""
+    venv = tmp_path / "venv"
+    sets = venv / "share" / "sets"
+    (sets / "sat").mkdir(parents=True)
+    (sets / "sat" / "sat.json").write_text("[]")
+    binds = [(str(venv), str(venv)), (str(venv), "/opt/venv-link")]
+    covers = program_module._hidden_mounts([str(sets), str(sets / "sat" / "sat.json")], binds)
+    assert [c for c in covers if "sets" in c[0]] == [["/opt/venv-link/share/sets", "folder"], [str(sets), "folder"]]
+    covers = program_module._hidden_mounts([str(tmp_path), str(sets / "sat" / "sat.json")], binds)
+    assert [c for c in covers if "sat" in c[0]] == [
+        ["/opt/venv-link/share/sets/sat/sat.json", "file"],
+        [str(sets / "sat" / "sat.json"), "file"],
+    ]
+    assert [str(tmp_path), "folder"] not in covers

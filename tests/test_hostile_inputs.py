@@ -383,3 +383,31 @@ def test_the_yaml_bounds_leave_ordinary_aliases_and_big_configs_alone():
     loaded = config_yaml.load_yaml(text)
     assert loaded["run"] == {"lr": 0.1, "steps": [1, 2, 3], "seed": 42} and len(loaded["list"]) == 5000
     assert config_yaml.load_yaml(_alias_bomb(3))["a3"][0][0][0] == ["x"] * 10  # 11,111 values: within the bound
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_other_json_inputs_nested_too_deep_are_refused_naming_the_file(tmp_path, capsys):
+    """A report given to compare, a --benchmark-dir set and a --data line: the same JSON reader, one line each."""
+    report = tmp_path / "deep" / "report.json"
+    report.parent.mkdir()
+    report.write_text(DEEP, encoding="utf-8")
+    status, err = del_eval(capsys, "compare", report, report, "--out", tmp_path / "compare")
+    assert status == EXIT_UNUSABLE_INPUT and f"{report}: JSON nested too deep" in err, err
+
+    sets = tmp_path / "sets" / "simuleq"
+    sets.mkdir(parents=True)
+    (sets / "simuleq.json").write_text('{"id": 1' + "0" * 5000 + "}", encoding="utf-8")
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text('{"id": 0, "output": "The answer is 1"}\n', encoding="utf-8")
+    argv = ["score", "--benchmark", "simuleq", "--benchmark-dir", tmp_path / "sets", "--predictions", predictions]
+    status, err = del_eval(capsys, *argv, "--out", tmp_path / "out")
+    assert status == EXIT_UNUSABLE_INPUT and "simuleq.json: not usable JSON (Exceeds the limit" in err, err
+
+    from del_plugin.evaluation.data import read_eval_set
+
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"question": "q", "answer": "#### 1"}\n' + DEEP + "\n", encoding="utf-8")
+    read = read_eval_set(data)
+    assert len(read.examples) == 1 and [(i.line, "too deep" in i.reason) for i in read.issues] == [(2, True)]

@@ -121,7 +121,8 @@ def json_value(text: str | bytes):
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"not valid JSON ({err.msg})") from None
+        where = f"line {err.lineno}, column {err.colno}" if err.doc.count("\n") else f"column {err.colno}"
+        raise ValueError(f"not valid JSON ({err.msg} at {where})") from None
     except RecursionError:
         raise ValueError("JSON nested too deep to read (more than a few hundred levels)") from None
     except ValueError as err:  # "Exceeds the limit (4300 digits) for integer string conversion"

@@ -356,11 +356,14 @@ def test_the_folders_of_a_killed_run_are_removed_by_the_next_run_and_a_running_o
         while len([p for p in tmp.iterdir() if (p / "program.py").exists()]) < 2:
             assert time.monotonic() < deadline, list(tmp.iterdir())
             time.sleep(0.1)
-        folders = {p.name.split("-")[3]: p for p in tmp.iterdir()}  # del-eval-program-<pid>-<start>-*
+        folders = {p.name.split("-")[4]: p for p in tmp.iterdir()}  # del-eval-program-<pid ns>-<pid>-<start>-*
         assert set(folders) == {str(killed.pid), str(running.pid)}, folders
         killed.kill()
         killed.wait()
         assert folders[str(killed.pid)].exists()  # nothing of the killed run removed it
+        # a run's in another PID namespace (a container sharing TMPDIR): its pid means nothing here, kept
+        elsewhere = tmp / f"del-eval-program-1-{killed.pid}-1-abc"
+        elsewhere.mkdir()
         saved = tempfile.tempdir
         tempfile.tempdir = str(tmp)
         program_module._remove_folders_of_ended_runs.cache_clear()
@@ -370,7 +373,7 @@ def test_the_folders_of_a_killed_run_are_removed_by_the_next_run_and_a_running_o
             tempfile.tempdir = saved
             program_module._remove_folders_of_ended_runs.cache_clear()
         assert not folders[str(killed.pid)].exists()
-        assert folders[str(running.pid)].exists()  # a run still going keeps its folder
+        assert folders[str(running.pid)].exists() and elsewhere.exists()  # a run still going keeps its folder
     finally:
         for process in (killed, running):
             process.kill()

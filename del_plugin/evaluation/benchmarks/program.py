@@ -92,7 +92,8 @@ _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
 # the package's shipped sets (del_plugin/evaluation/data): never in a program's sight
 _SHIPPED_SETS = str(Path(__file__).resolve().parents[1] / "data")
-_FOLDER_PREFIX = "del-eval-program-"  # + "<owner pid>-<its start time>-": a killed run's folders are found again
+# + "<PID namespace>-<owner pid>-<its start time>-": a killed run's folders are found again
+_FOLDER_PREFIX = "del-eval-program-"
 
 
 class SandboxUnavailableError(ValueError):
@@ -434,34 +435,46 @@ def _program_folder(unsandboxed: bool) -> Iterator[Path]:
 
 
 def _owner_tag(pid: int) -> str | None:
-    """``"<pid>-<start time>"`` of a running process (its start time in clock ticks since boot: a pid reused by
-    a later process does not match), None when no such process runs."""
+    """``"<PID namespace>-<pid>-<start time>"`` of a running process of this PID namespace (its start time in
+    clock ticks since boot: a pid reused by a later process does not match), None when no such process runs."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             fields = handle.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return f"{pid}-{int(fields[19])}"
+    return f"{_pid_namespace()}-{pid}-{int(fields[19])}"
+
+
+@functools.cache
+def _pid_namespace() -> int:
+    """This process's PID namespace (its inode; 0 where /proc does not say): a pid means something only there."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
 
 
 @functools.cache
 def _remove_folders_of_ended_runs() -> None:
-    """Remove the program folders (``del-eval-program-<pid>-<start time>-*`` in the temporary folder) this user's
-    runs left when they were killed (SIGKILL: no ``finally`` ran), once per process: only those whose process has
-    ended; a folder of a run still going on is left alone."""
+    """Remove the program folders (``del-eval-program-<PID namespace>-<pid>-<start time>-*`` in the temporary
+    folder) this user's runs left when they were killed (SIGKILL: no ``finally`` ran), once per process: only those
+    whose process has ended; a folder of a run still going on is left alone, and so is one of another PID
+    namespace (a container sharing the folder), whose processes cannot be seen from here."""
     root = Path(tempfile.gettempdir())
     try:
         entries = list(root.iterdir())
     except OSError:
         return
     for entry in entries:
-        found = re.fullmatch(rf"{_FOLDER_PREFIX}(\d+)-(\d+)-.+", entry.name)
+        found = re.fullmatch(rf"{_FOLDER_PREFIX}(\d+)-(\d+)-(\d+)-.+", entry.name)
         try:
-            if found is None or entry.is_symlink() or entry.lstat().st_uid != os.geteuid():
+            if found is None or int(found[1]) != _pid_namespace() or entry.is_symlink():
+                continue
+            if entry.lstat().st_uid != os.geteuid():
                 continue
         except OSError:
             continue
-        if _owner_tag(int(found[1])) != f"{found[1]}-{found[2]}":
+        if _owner_tag(int(found[2])) != f"{found[1]}-{found[2]}-{found[3]}":
             shutil.rmtree(entry, ignore_errors=True)
 
 

@@ -109,6 +109,16 @@ def hostile_programs(planted: str, project: str, scratch: str, port: int, marker
             "import os, time\nchildren = 0\nfor _ in range(100):\n    if os.fork() == 0:\n        time.sleep(30)\n"
             "        os._exit(0)\n    children += 1\nprint(children)"
         ),
+        # ptrace the sandbox's init (the launcher's monitor, PID 1, of the same user under bwrap) and the parent:
+        # attached, the program could freeze it, so that an honest program's status never comes back
+        "ptrace its launcher": (
+            "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nattached = []\n"
+            "for pid in sorted({1, os.getppid()}):\n"
+            "    if libc.ptrace(16, pid, None, None) == 0:\n"  # PTRACE_ATTACH
+            "        attached.append(pid)\n        libc.ptrace(17, pid, None, None)\n"  # PTRACE_DETACH
+            "    else:\n        print(pid, os.strerror(ctypes.get_errno()), file=__import__('sys').stderr)\n"
+            "assert attached, 'not attached'\nprint(len(attached))"
+        ),
         "enter a new user namespace": "import os\nos.unshare(os.CLONE_NEWUSER)\nprint(1)",  # caps again in it
         "loop forever": "while True:\n    pass\nprint(1)",
         "allocate past the memory limit": "memory = bytearray(4 << 30)\nprint(len(memory))",

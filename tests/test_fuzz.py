@@ -10,15 +10,19 @@
   bfloat16 and float32 logits of +-1e4 (one sign, mixed signs, all equal), on empty and all-masked batches and on
   a 1,000-digit number and a 6,000-decimal one: finite values and finite gradients, exactly 0 where there is no
   digit.
+* The commands that read files (``del-eval score`` of predictions and of lm-eval samples, ``del-check``) on random
+  JSON, JSONL and YAML shapes and bytes: only the documented exit statuses, never a traceback.
 """
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 import torch
-from hypothesis import given, settings
+import yaml
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from del_plugin.core import (
@@ -348,3 +352,156 @@ def test_very_long_numbers_give_finite_losses_and_gradients(which, dtype, text):
     # the worst case for the integer: every digit confidently wrong at +1e4, with weights up to 2000
     for pattern in ("random signs", "wrong digit +1e4") if text == LONG_INTEGER else ("random signs",):
         check_finite(which, extreme_logits(pattern, labels, dtype), labels, places)
+
+
+# ---------------------------------------------------------------------------------------------- input files
+# Random JSON, JSONL and YAML shapes fed to the commands that read files (in-process, as the console scripts call
+# them): only the documented exit statuses, never an exception (a traceback) for an input.
+
+SHAPES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**30), 10**30)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=30)
+    | st.sampled_from(["The answer is 18", "print(6 * 7)", "\\boxed{5}", "\ud800", "", "0"])
+)
+JSON_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _object(keys: list[str]):
+    """Objects with some of ``keys`` (random values, or well-formed ones) and random others."""
+    return st.fixed_dictionaries({}, optional={key: JSON_VALUES for key in keys}) | st.dictionaries(
+        st.sampled_from(keys) | st.text(max_size=6), JSON_VALUES, max_size=5
+    )
+
+
+def _line(value) -> bytes:
+    try:
+        return json.dumps(value).encode()
+    except ValueError:  # a float NaN is JSON's NaN; nothing else fails, but keep the line raw then
+        return repr(value).encode("utf-8", "replace")
+
+
+RAW_LINES = st.binary(max_size=40) | st.sampled_from([b"", b"{", b"[1,", b'{"id": 1e999}', b"\xff\xfe", b"null"])
+
+
+def _main(module, argv: list[str], capsys) -> int:
+    status = module.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    return status
+
+
+@SHAPES
+@given(st.lists(_object(["id", "output"]).map(_line) | RAW_LINES, min_size=1, max_size=6))
+def test_score_reads_random_predictions_with_a_documented_status(tmp_path_factory, capsys, lines):
+    from del_plugin.evaluation import cli
+    from del_plugin.evaluation.errors import EXIT_OK, EXIT_UNUSABLE_INPUT
+
+    folder = tmp_path_factory.mktemp("score")
+    (folder / "predictions.jsonl").write_bytes(b"\n".join(lines))
+    argv = ["score", "--benchmark", "gsm8k", "--predictions", folder / "predictions.jsonl", "--out", folder / "out"]
+    assert _main(cli, argv, capsys) in (EXIT_OK, EXIT_UNUSABLE_INPUT)
+
+
+_DOC = st.fixed_dictionaries({"id": st.integers(-1, 3) | JSON_VALUES, "question": JSON_VALUES}) | JSON_VALUES
+_SAMPLE = st.fixed_dictionaries(
+    {},
+    optional={
+        "doc": _DOC,
+        "resps": st.just([["The answer is 18"]]) | JSON_VALUES,
+        "arguments": JSON_VALUES,
+        "acc": JSON_VALUES,
+    },
+)
+_RESULTS = (
+    st.none()
+    | JSON_VALUES
+    | st.fixed_dictionaries(
+        {},
+        optional={
+            "config": _object(["model", "model_args"]),
+            "configs": st.dictionaries(st.just("del_gsm8k"), _object(["metadata"])),
+        },
+    )
+)
+
+
+@SHAPES
+@given(st.lists(_SAMPLE.map(_line) | RAW_LINES, max_size=4), _RESULTS)
+def test_score_reads_random_lm_eval_samples_with_a_documented_status(tmp_path_factory, capsys, lines, results):
+    from del_plugin.evaluation import cli
+    from del_plugin.evaluation.errors import EXIT_OK, EXIT_UNUSABLE_INPUT
+
+    folder = tmp_path_factory.mktemp("samples")
+    run = folder / "run" / "model"
+    run.mkdir(parents=True)
+    date = "2026-01-01T00-00-00.000000"
+    (run / f"samples_del_gsm8k_{date}.jsonl").write_bytes(b"\n".join(lines))
+    if results is not None:
+        (run / f"results_{date}.json").write_bytes(_line(results))
+    argv = ["score", "--lm-eval-samples", folder / "run", "--out", folder / "out"]
+    assert _main(cli, argv, capsys) in (EXIT_OK, EXIT_UNUSABLE_INPUT)
+
+
+_YAML_TOKENS = st.sampled_from(
+    [
+        "base_model: ",
+        "plugins:",
+        "\n  - ",
+        "seed: ",
+        "&a ",
+        "*a",
+        "[",
+        "]",
+        "{",
+        "}",
+        ": ",
+        ", ",
+        "\n",
+        "- ",
+        "0.1",
+        "x",
+        "'",
+        '"',
+        "!!int ",
+        "!!python/object ",
+        "<<: ",
+        "?",
+        "|",
+        "\t",
+        "%YAML 1.1\n",
+        "---\n",
+        "9" * 40,
+    ]
+)
+# no del_ key and no plugins line naming DEL: del-check then stops before Axolotl's validation (seconds a config),
+# which catches whatever it raises; what is fuzzed is the reading up to it
+_CONFIGS = _object(["base_model", "tokenizer_config", "plugins", "datasets", "adapter", "fsdp", "deepspeed"]).filter(
+    lambda config: not any(str(key).startswith("del_") for key in config)
+)
+
+
+@SHAPES
+@given(
+    _CONFIGS.map(lambda c: yaml.safe_dump(c, allow_unicode=True).encode("utf-8", "replace"))
+    | st.lists(_YAML_TOKENS, max_size=20).map(lambda t: "".join(t).encode())
+    | st.binary(max_size=30)
+)
+def test_del_check_reads_random_yaml_with_a_documented_status(tmp_path_factory, capsys, text):
+    from del_plugin.axolotl import check
+
+    config = tmp_path_factory.mktemp("check") / "config.yml"
+    config.write_bytes(text)
+    assert _main(check, [config], capsys) in (
+        check.PASSED,
+        check.CHECK_FAILED,
+        check.PARTLY_CHECKED,
+        check.UNUSABLE_INPUT,
+    )

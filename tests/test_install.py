@@ -247,3 +247,103 @@ def test_axolotl_discovers_the_plugin_and_it_acts_only_when_listed(venv, tmp_pat
     assert f"plugins:\n  - {PLUGIN}" in result["forgot"]
     assert result["listed_alpha"] == 0.03
     assert result["registered"] == [PLUGIN] and result["listed_trainer"] == "DELTrainer"
+
+
+# ---------------------------------------------------------------------------------------------- the answer key
+
+# a program that hunts for the answer key by every path it can think of: each entry of sys.path and its real path,
+# through /proc/self/root and /proc/1/root, the given absolute paths (a --benchmark-dir, a link to it), and a walk
+# of its whole root for the sets' file names; prints every readable, non-empty file it found
+ANSWER_KEY_HUNT = """
+import json, os, sys
+RELATIVE, ABSOLUTE, NAMES = {relative!r}, {absolute!r}, {names!r}
+def readable(path):
+    try:
+        with open(path, "rb") as handle:
+            return bool(handle.read(1))
+    except OSError:
+        return False
+entries = {{e for p in sys.path + [sys.prefix] for e in (p, os.path.realpath(p))}}
+found, listed = [], []
+for root in ("", "/proc/self/root", "/proc/1/root"):
+    found += [root + e + "/" + r for e in entries for r in RELATIVE if readable(root + e + "/" + r)]
+    found += [root + a for a in ABSOLUTE if readable(root + a)]
+    for e in entries:
+        try:
+            listed += os.listdir(root + e + "/del_plugin/evaluation/data")
+        except OSError:
+            pass
+for top, folders, files in os.walk("/"):
+    if top == "/":
+        folders[:] = [f for f in folders if f not in ("proc", "sys", "dev")]
+    found += [os.path.join(top, f) for f in files if f in NAMES and readable(os.path.join(top, f))]
+print(json.dumps({{"found": sorted(set(found)), "listed": listed}}))
+"""
+
+HUNT_DRIVER = """
+import json, sys
+from del_plugin.evaluation.benchmarks import program
+try:
+    mode = program.program_sandbox()
+except program.SandboxUnavailableError as err:
+    print(json.dumps({"skip": str(err)}))
+    raise SystemExit
+code, hidden = sys.stdin.read(), sys.argv[1:]
+runs = {m: program.run_program(code, sandbox=m, timeout_s=60, hidden=hidden).__dict__ for m in (mode, "none")}
+print(json.dumps({"mode": mode, "runs": runs}))
+"""
+
+# GSM8K problem 1 answered by reading the shipped set from the installed package (the attack that scored 3/3)
+READS_THE_KEY = (
+    "import gzip, json, os, sys\n"
+    "for entry in sys.path:\n"
+    "    path = os.path.join(entry, 'del_plugin/evaluation/data/gsm8k/test.jsonl.gz')\n"
+    "    if os.path.exists(path):\n"
+    "        rows = gzip.open(path).read().decode().splitlines()\n"
+    "        print(json.loads(rows[1])['answer'].split('####')[-1].strip())\n"
+    "        break\n"
+)
+
+
+def test_no_program_finds_the_answer_key_of_the_installed_package_by_any_path(venv, tmp_path):
+    """With the wheel installed (the shipped sets in the virtual environment's site-packages, which the sandbox
+    shows the program read-only) and a --benchmark-dir inside that environment too, reached also through a
+    symbolic link: no file of any set is readable from inside the sandbox, by any path; the same program without
+    the sandbox finds them all (so the test can fail). Then `del-eval score --program-of-thought` on GSM8K: the
+    program that read the key scores "no answer", an honest one beside it is scored right."""
+    import zipfile
+
+    with zipfile.ZipFile(venv["wheel"]) as wheel:
+        shipped = [n for n in wheel.namelist() if n.startswith("del_plugin/evaluation/data/") and ".json" in n]
+    assert len(shipped) >= 5, shipped
+    sets = venv["python"].parents[1] / "share" / "paper-sets"
+    for folder, file in (("simuleq", "simuleq.json"), ("sat", "sat.json")):
+        (sets / folder).mkdir(parents=True)
+        (sets / folder / file).write_text('[{"answer": 42}]\n', encoding="utf-8")
+    link = venv["python"].parents[1] / "lib" / "sets-link"
+    link.symlink_to(sets)
+    absolute = [str(p) for p in sets.rglob("*.json")] + [str(link / "sat" / "sat.json")]
+    names = sorted({Path(p).name for p in shipped + absolute})
+    hunt = ANSWER_KEY_HUNT.format(relative=shipped, absolute=absolute, names=names)
+    done = run(venv["python"], "-c", HUNT_DRIVER, sets, input=hunt, env=host_env(), cwd=tmp_path)
+    result = json.loads(done.stdout)
+    if "skip" in result:
+        pytest.skip(result["skip"])
+    sandboxed, control = result["runs"][result["mode"]], result["runs"]["none"]
+    assert sandboxed["status"] == "ok", sandboxed
+    assert json.loads(sandboxed["stdout"]) == {"found": [], "listed": []}, (result["mode"], sandboxed["stdout"])
+    assert control["status"] == "ok", control
+    seen = json.loads(control["stdout"])["found"]
+    for name in shipped + absolute:  # without the sandbox, every one of them is there
+        assert any(found.endswith(name) for found in seen), (name, seen)
+
+    predictions = tmp_path / "predictions.jsonl"
+    honest = "eggs = 16 - 3 - 4\nprint(eggs * 2)"  # GSM8K 0: 18
+    lines = [{"id": 0, "output": honest}, {"id": 1, "output": READS_THE_KEY}]
+    predictions.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    out = tmp_path / "report"
+    command = [venv["bin"] / "del-eval", "score", "--benchmark", "gsm8k", "--predictions", predictions]
+    run(*command, "--out", out, "--program-of-thought", env=host_env(), cwd=tmp_path)
+    records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    assert (records[0]["prediction"], records[0]["correct"]) == ("18", True)
+    assert (records[1]["prediction"], records[1]["correct"], records[1]["program"]["stdout"]) == (None, False, "")

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -145,11 +146,15 @@ def run_as_unprivileged_user(sandbox: str, scratch: Path) -> dict:
     planted.write_text("the user's secret\n", encoding="utf-8")
     for path in (scratch, home, planted):
         os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
-    needed = sorted({real for real, _ in program_module._python_binds()} | {str(PROJECT), str(scratch)})
+    # a bwrap found on the caller's PATH (say /usr/local/bin) is the one the sandbox runs: on the user's PATH too
+    bwrap = program_module._bwrap_executable()
+    extra = [os.path.dirname(bwrap)] if bwrap and os.path.dirname(bwrap) not in ("/usr/bin", "/bin") else []
+    needed = sorted({real for real, _ in program_module._python_binds()} | {str(PROJECT), str(scratch), *extra})
     driver = [sys.executable, str(PROJECT / "tests" / "sandbox_programs.py"), sandbox, str(planted)]
     user = ["setpriv", f"--reuid={UNPRIVILEGED}", f"--regid={UNPRIVILEGED}", "--clear-groups"]
     secret = f"{SECRET_VARIABLE}=hf_{uuid.uuid4().hex}"  # in the environment it starts with: in its /proc/<pid>/environ
-    environment = ["env", "-i", "PATH=/usr/bin:/bin", f"HOME={home}", f"PYTHONPATH={PROJECT}", secret]
+    path = ":".join(extra + ["/usr/bin", "/bin"])
+    environment = ["env", "-i", f"PATH={path}", f"HOME={home}", f"PYTHONPATH={PROJECT}", secret]
     command = user + environment + driver + [str(PROJECT), str(scratch)]
     staging = tempfile.mkdtemp(prefix="del-eval-sandbox-staging-")
     try:
@@ -304,3 +309,92 @@ def test_a_python_installation_under_tmp_runs_programs_in_a_folder_of_their_own(
         assert len(blocked) == 3, (mode, blocked)
         assert folder == "/del-eval-program", (mode, run)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]  # nothing escaped onto the host
+
+
+# ---------------------------------------------------------------------------------------------- bwrap, killed runs
+
+
+def test_bwrap_is_checked_and_run_from_one_absolute_path(tmp_path, monkeypatch):
+    """A bwrap found on the caller's PATH only (as in /usr/local/bin) is the one checked and the one the command
+    runs, by its absolute path: the programs' own PATH (/usr/bin:/bin) would not find it (the check passed, then
+    every program failed with "cannot run bwrap: No such file or directory")."""
+    folder = tmp_path / "local-bin"
+    folder.mkdir()
+    fake = folder / "bwrap"
+    fake.write_text("#!/bin/sh\necho bubblewrap 0.8.0\n", encoding="utf-8")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    program_module._bwrap_executable.cache_clear()
+    try:
+        assert program_module._bwrap_problem() is None
+        settings = program_module._launcher_settings("bwrap", 3, 5, 1 << 30, 1000, 4)
+        assert program_module._bwrap_command(settings)[0] == str(fake)
+    finally:
+        program_module._bwrap_executable.cache_clear()
+
+
+_RUN_ONE = """
+import sys
+sys.path.insert(0, sys.argv[1] + '/tests')
+from sandbox_programs import load_program_module
+program = load_program_module(sys.argv[1])
+print(program.run_program('import time\\ntime.sleep(120)\\nprint(1)', sandbox='none', timeout_s=120))
+"""
+
+
+def test_the_folders_of_a_killed_run_are_removed_by_the_next_run_and_a_running_ones_kept(tmp_path):
+    """Two runs each with a program running (their folders in TMPDIR); one is killed with SIGKILL (no cleanup of
+    its own runs): the next run in this process removes its folder, and keeps the folder of the one still going
+    (concurrent runs share TMPDIR)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    environment = dict(os.environ, TMPDIR=str(tmp))
+    command = [sys.executable, "-I", "-c", _RUN_ONE, str(PROJECT)]
+    killed, running = (subprocess.Popen(command, env=environment) for _ in range(2))
+    try:
+        deadline = time.monotonic() + 120
+        while len([p for p in tmp.iterdir() if (p / "program.py").exists()]) < 2:
+            assert time.monotonic() < deadline, list(tmp.iterdir())
+            time.sleep(0.1)
+        folders = {p.name.split("-")[4]: p for p in tmp.iterdir()}  # del-eval-program-<pid ns>-<pid>-<start>-*
+        assert set(folders) == {str(killed.pid), str(running.pid)}, folders
+        killed.kill()
+        killed.wait()
+        assert folders[str(killed.pid)].exists()  # nothing of the killed run removed it
+        # a run's in another PID namespace (a container sharing TMPDIR): its pid means nothing here, kept
+        elsewhere = tmp / f"del-eval-program-1-{killed.pid}-1-abc"
+        elsewhere.mkdir()
+        saved = tempfile.tempdir
+        tempfile.tempdir = str(tmp)
+        program_module._remove_folders_of_ended_runs.cache_clear()
+        try:
+            assert run_programs(["print(6 * 7)"], sandbox=UNSANDBOXED)[0].stdout == "42\n"
+        finally:
+            tempfile.tempdir = saved
+            program_module._remove_folders_of_ended_runs.cache_clear()
+        assert not folders[str(killed.pid)].exists()
+        assert folders[str(running.pid)].exists() and elsewhere.exists()  # a run still going keeps its folder
+    finally:
+        for process in (killed, running):
+            process.kill()
+            process.wait()
+
+
+def test_the_answer_key_is_covered_wherever_a_bind_shows_it(tmp_path):
+    """Where the covers go (the mounts themselves are tested from inside the sandbox in tests/test_install.py): a
+    hidden folder under a bind shown at two paths (a venv's link and its real path) is covered at both; a hidden
+    file inside a covered folder is covered with it; a hidden folder that holds a bind (a --benchmark-dir above
+    the Python installation) is not covered whole, and the set file named beside it is."""
+    venv = tmp_path / "venv"
+    sets = venv / "share" / "sets"
+    (sets / "sat").mkdir(parents=True)
+    (sets / "sat" / "sat.json").write_text("[]")
+    binds = [(str(venv), str(venv)), (str(venv), "/opt/venv-link")]
+    covers = program_module._hidden_mounts([str(sets), str(sets / "sat" / "sat.json")], binds)
+    assert [c for c in covers if "sets" in c[0]] == [["/opt/venv-link/share/sets", "folder"], [str(sets), "folder"]]
+    covers = program_module._hidden_mounts([str(tmp_path), str(sets / "sat" / "sat.json")], binds)
+    assert [c for c in covers if "sat" in c[0]] == [
+        ["/opt/venv-link/share/sets/sat/sat.json", "file"],
+        [str(sets / "sat" / "sat.json"), "file"],
+    ]
+    assert [str(tmp_path), "folder"] not in covers

@@ -20,7 +20,8 @@ deprecations and offline notices are not about the config); ``--verbose`` shows 
 
 Exit status: 0 everything checked and passed; 1 a check failed (the message names the key and the fix); 2 nothing
 failed but something could not be checked here (a hub id with no local folder); 3 nothing was checked: the command
-line or the file cannot be used (no such file, a folder, not UTF-8, not YAML, not a config), with a one-line error.
+line or the file cannot be used (no such file, a folder, not UTF-8, not YAML, not a config, YAML past the bounds of
+:mod:`.config_yaml`), with a one-line error.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from .config_yaml import YamlLimitError, load_yaml, read_yaml_bytes
 
 # before anything imports huggingface_hub or transformers: read local files and the cache only
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -236,7 +239,9 @@ def read_config(path: Path) -> dict:
         inside = f" (in it: {', '.join(found[:4])}{', ...' if len(found) > 4 else ''})" if found else ""
         raise UnusableInput(f"{path} is a folder; pass the Axolotl YAML file itself{inside}")
     try:
-        data = path.read_bytes()
+        data = read_yaml_bytes(path)
+    except YamlLimitError as err:
+        raise UnusableInput(str(err)) from None
     except FileNotFoundError:
         raise UnusableInput(f"{path}: no such file; pass the path of the Axolotl YAML you train with") from None
     except OSError as err:
@@ -249,7 +254,9 @@ def read_config(path: Path) -> dict:
             f"{path} is not UTF-8 text (byte 0x{data[err.start]:02x} on line {line}); save it as UTF-8"
         ) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
+    except YamlLimitError as err:
+        raise UnusableInput(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -368,9 +375,12 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     raw = read_config(args.config)
     hub_ids = {}  # the folder standing in for a hub id -> the hub id, to name it in the report
     for key in SOURCE_KEYS:
-        if raw.get(key) in args.mapping:
+        if isinstance(raw.get(key), str) and raw[key] in args.mapping:
             hub_ids[args.mapping[raw[key]]] = raw[key]
             raw[key] = args.mapping[raw[key]]
+    if not isinstance(raw.get("plugins") or [], list):
+        report.add(FAILED, "plugins", f"`plugins` is not a list; write it as\nplugins:\n  - {PLUGIN_NAME}")
+        return report
     if not plugin_enabled(raw) and not any(str(k).startswith("del_") for k in raw):
         report.add(FAILED, "plugin", f"{args.config} does not list {PLUGIN_NAME} in `plugins`; DEL would not run")
         return report

@@ -10,6 +10,9 @@ decimal part (or a bare ``.5``), and an optional ``/denominator`` (``3/4`` reads
 where it cannot be a subtraction: ``16-3`` reads as 16 and 3, ``x = -3`` as -3. Dollar signs, percent signs and
 units around the number are ignored. The Unicode minus '−' is read as '-'.
 
+An answer is at most :data:`MAX_ANSWER_CHARS` characters: a longer one (a runaway generation, a program printing
+a million digits) is no answer. Reading is linear in the text, and makes a number only of the one it keeps.
+
 **Scoring** (:func:`is_correct`), the ``--data`` sets' only difference from the paper's GSM8K rule, which compares
 exactly: a prediction is correct when, rounded to the nearest integer (halves away from zero), it equals an integer
 reference; or, for a non-integer reference, when it is within 4% of it (relative). It is the comparison of
@@ -22,19 +25,24 @@ from __future__ import annotations
 
 import math
 import re
+from collections import deque
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, DivisionByZero, InvalidOperation, Overflow, localcontext
 
 __all__ = [
     "ExtractedNumber",
+    "MAX_ANSWER_CHARS",
     "RELATIVE_TOLERANCE",
     "extract_answer",
+    "find_number",
     "find_numbers",
     "format_decimal",
     "is_correct",
+    "last_match",
     "to_float",
 ]
 
+MAX_ANSWER_CHARS = 10_000  # an answer read from an output is at most this long (longer: no answer)
 RELATIVE_TOLERANCE = Decimal("0.04")
 
 # A digit or letter right before a '-' makes it a subtraction / hyphen, not a sign; a word character or '.' right
@@ -42,6 +50,7 @@ RELATIVE_TOLERANCE = Decimal("0.04")
 _NUMBER = re.compile(
     r"(?:(?<![\w.)\]])(?P<sign>-))?(?<![\w.])(?P<body>\d+(?:\.\d+)?|\.\d+)(?:/(?P<denominator>\d+(?:\.\d+)?))?"
 )
+_OUTSIDE_NUMBERS = re.compile(r"[^-\d./]")  # a character no number holds
 _THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d)")
 # Numbers are kept as exact decimals; a quotient that does not terminate is cut at this many significant digits.
 _DIVISION_DIGITS = 28
@@ -79,6 +88,37 @@ def find_numbers(text: str) -> list[tuple[Decimal, str]]:
     return [(_value(m), m.group(0)) for m in _NUMBER.finditer(text)]
 
 
+def last_match(pattern: re.Pattern, text: str, outside: re.Pattern) -> re.Match | None:
+    """The last match of ``pattern`` in ``text`` (the last that ``finditer`` gives), found from the end a window of
+    a few answers' length at a time: the usual output costs its last window, and none costs more than one scan
+    (with no Match made for the numbers before). ``outside``: a character no match holds (``[^-\\d./]`` for
+    numbers), at which the windows are cut, so that no match is cut in two."""
+    reversed_text = None
+    end = len(text)
+    while end > 0:
+        start = max(0, end - 4 * MAX_ANSWER_CHARS)
+        if start > 0:
+            reversed_text = reversed_text or text[::-1]
+            boundary = outside.search(reversed_text, len(text) - start)  # the first such character before start
+            start = 0 if boundary is None else len(text) - boundary.start()
+        found = deque(pattern.finditer(text, start, end), maxlen=1)
+        if found:
+            return found[0]
+        end = start
+    return None
+
+
+def find_number(text: str, last: bool = False) -> tuple[Decimal, str] | None:
+    """The first (``last``: the last) number of ``text`` as :func:`find_numbers` reads them, ``(value, matched
+    text)``; None when there is none, or when it is longer than :data:`MAX_ANSWER_CHARS`. Only that one number is
+    made: ``"1 " * 5_000_000`` costs no five million Decimals."""
+    text = _normalise(text)
+    match = last_match(_NUMBER, text, _OUTSIDE_NUMBERS) if last else _NUMBER.search(text)
+    if match is None or match.end() - match.start() > MAX_ANSWER_CHARS:
+        return None
+    return _value(match), match.group(0)
+
+
 def extract_answer(text: str) -> ExtractedNumber | None:
     """The model's final answer in ``text``, or None (see the module docs: the paper's GSM8K reader, which also
     gives the ``text`` the number was read from and whether it followed a marker)."""
@@ -88,10 +128,10 @@ def extract_answer(text: str) -> ExtractedNumber | None:
     if not isinstance(text, str):
         raise TypeError(f"extract_answer needs a str, got {type(text).__name__}")
     tail, marked = after_last_marker(text, GSM8K_MARKERS)
-    found = list(_NUMBER.finditer(_normalise(tail)))
-    if not found:
+    tail = _normalise(tail)
+    match = _NUMBER.search(tail) if marked else last_match(_NUMBER, tail, _OUTSIDE_NUMBERS)
+    if match is None or match.end() - match.start() > MAX_ANSWER_CHARS:
         return None
-    match = found[0] if marked else found[-1]
     return ExtractedNumber(_value(match), match.group(0), "marker" if marked else "last")
 
 

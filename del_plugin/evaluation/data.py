@@ -25,7 +25,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from .answers import extract_answer
-from .errors import UnusableInput, read_input_bytes
+from .errors import UnusableInput, json_value, read_input_bytes
 
 __all__ = ["DataIssue", "EvalExample", "EvalSet", "read_eval_set", "check_files_exist", "require_problems"]
 
@@ -153,9 +153,9 @@ def read_eval_set(path: str | Path, limit: int | None = None, name: str | None =
             continue
 
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            skip(f"not valid JSON ({err.msg} at column {err.colno})")
+            row = json_value(line)
+        except ValueError as err:  # not JSON, nested too deep, an integer too long
+            skip(str(err))
             continue
         if not isinstance(row, dict):
             skip(f"expected a JSON object with `question` and `answer`, got {type(row).__name__}")

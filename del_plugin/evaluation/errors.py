@@ -7,6 +7,9 @@ is refused the same way: one line naming the file (and the line, for text that i
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 import textwrap
 from pathlib import Path
 
@@ -20,14 +23,19 @@ __all__ = [
     "EXIT_UNUSABLE_INPUT",
     "EXIT_UNWRITABLE_OUTPUT",
     "EXIT_USAGE",
+    "MAX_INPUT_BYTES",
     "OutputError",
     "exit_status_help",
     "UnusableInput",
     "UsageError",
     "decode_text",
+    "is_unicode_text",
+    "json_value",
     "read_input_bytes",
+    "utf8_bytes",
 ]
 
+MAX_INPUT_BYTES = 256 << 20  # an input file (predictions, lm-eval samples) is read up to this size
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
 EXIT_USAGE = 2
@@ -128,14 +136,62 @@ def read_input_bytes(path: str | Path, what: str) -> bytes:
     """The bytes of the input file ``path`` (``what`` it is, e.g. "predictions file"); a missing file, a folder or a
     file that cannot be read is an :class:`UnusableInput` naming it."""
     path = Path(path)
-    if path.is_dir():
-        raise UnusableInput(f"{path} is a folder, not a {what}: give the file")
     try:
-        return path.read_bytes()
+        if path.is_dir():
+            raise UnusableInput(f"{path} is a folder, not a {what}: give the file")
+        with open(path, "rb") as handle:
+            kind = os.fstat(handle.fileno()).st_mode
+            if not (stat.S_ISREG(kind) or stat.S_ISFIFO(kind)):  # /dev/zero would be read for ever
+                raise UnusableInput(f"{path} is a device, not a {what}: give the file")
+            raw = handle.read(MAX_INPUT_BYTES + 1)  # a pipe too, but never more than the limit
     except FileNotFoundError:
         raise UnusableInput(f"{path}: no such {what}") from None
     except OSError as err:
         raise UnusableInput(f"{path}: cannot read this {what} ({err.strerror or err})") from None
+    if len(raw) > MAX_INPUT_BYTES:
+        raise UnusableInput(
+            f"{path}: this {what} is larger than {MAX_INPUT_BYTES >> 20} MiB, more than del-eval reads; split it, "
+            "or cut the outputs (an answer is read from an output's end)"
+        )
+    return raw
+
+
+def json_value(text: str | bytes):
+    """``json.loads(text)``, every way a hostile text makes it fail a ValueError saying why in a few words (for
+    the caller to prefix with the file and line): not JSON, nested deeper than Python's recursion limit, an
+    integer of more digits than Python converts."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        where = f"line {err.lineno}, column {err.colno}" if err.doc.count("\n") else f"column {err.colno}"
+        raise ValueError(f"not valid JSON ({err.msg} at {where})") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deep to read (more than a few hundred levels)") from None
+    except ValueError as err:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise ValueError(f"not usable JSON ({str(err).split(';')[0]})") from None
+
+
+def is_unicode_text(text: str) -> bool:
+    """Whether ``text`` is Unicode text: no lone surrogate (which a JSON ``\\ud800`` escape makes), so that it
+    can be written in UTF-8."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def utf8_bytes(text: str) -> bytes:
+    """``text`` in UTF-8 for a report file. A name or path that is not UTF-8 (a file name's bytes, which Python
+    reads as surrogate escapes) shows U+FFFD for each such byte, and so does a lone surrogate."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            raw = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raw = text.encode("utf-8", "replace")
+        return raw.decode("utf-8", "replace").encode("utf-8")
 
 
 def decode_text(raw: bytes, path: str | Path, what: str) -> str:

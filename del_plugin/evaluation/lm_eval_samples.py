@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .benchmarks.sets import BENCHMARKS
-from .errors import UnusableInput
+from .errors import UnusableInput, decode_text, is_unicode_text, json_value, read_input_bytes
 from .lm_eval_tasks import METRIC, METRIC_MATH_VERIFY, benchmark_of_task
 from .report import RunReport, require_eval_extra
 from .score import score_outputs
@@ -105,11 +105,15 @@ def _results_of(samples: Path, task: str) -> tuple[dict, dict]:
     path = samples.with_name(f"results_{date}.json")
     if not path.is_file():
         return {}, {}
-    results = json.loads(path.read_text(encoding="utf-8"))
-    config = results.get("config") or {}
+    results = _json_object(decode_text(read_input_bytes(path, "lm-eval results file"), path, "results file"), path)
+    config = _object_at(results, "config", path)
     model_args = config.get("model_args")
     if isinstance(model_args, str):  # "pretrained=...,dtype=..." in some lm-eval versions
         model_args = dict(part.split("=", 1) for part in model_args.split(",") if "=" in part)
+    elif model_args is not None and not isinstance(model_args, dict):
+        raise UnusableInput(
+            f"{path}: `config.model_args` is {type(model_args).__name__}, not lm-eval's: {_NOT_LM_EVAL}"
+        )
     run = {
         "results": str(path),
         "model": config.get("model"),
@@ -117,7 +121,33 @@ def _results_of(samples: Path, task: str) -> tuple[dict, dict]:
         "chat_template_applied": results.get("chat_template") is not None,
         "lm_eval_version": results.get("lm_eval_version"),
     }
-    return (results.get("configs") or {}).get(task) or {}, run
+    task_config = _object_at(_object_at(results, "configs", path), task, path)
+    if not isinstance(task_config.get("metadata", {}), dict):
+        raise UnusableInput(f"{path}: `configs.{task}.metadata` is not an object: {_NOT_LM_EVAL}")
+    return task_config, run
+
+
+_NOT_LM_EVAL = "not a file lm-eval wrote (give the --output_path of `lm_eval ... --log_samples`)"
+
+
+def _json_object(text: str, where) -> dict:
+    try:
+        value = json_value(text)
+    except ValueError as err:
+        raise UnusableInput(f"{where}: {err}: {_NOT_LM_EVAL}") from None
+    if not isinstance(value, dict):
+        raise UnusableInput(f"{where}: a JSON {type(value).__name__}, not an object: {_NOT_LM_EVAL}")
+    return value
+
+
+def _object_at(parent: dict, key: str, where) -> dict:
+    """``parent[key]``, an object (absent or null: an empty one); anything else is not lm-eval's."""
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UnusableInput(f"{where}: `{key}` is {type(value).__name__}, not an object: {_NOT_LM_EVAL}")
+    return value
 
 
 # where lm-eval's model_args name a LoRA adapter: the hf backend's peft, the vllm backend's lora_local_path
@@ -134,26 +164,38 @@ def model_of_run(model_args: dict | None) -> tuple[str | None, str | None]:
 
 
 def _read_lines(path: Path) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-    return rows
+    text = decode_text(read_input_bytes(path, "lm-eval samples file"), path, "lm-eval samples file")
+    return [_json_object(line, f"{path}:{number}") for number, line in enumerate(text.split("\n"), 1) if line.strip()]
 
 
 def _generation(row: dict, where: str) -> str:
-    try:
-        text = row["resps"][0][0]
-    except (KeyError, IndexError, TypeError):
-        raise ValueError(f"{where}: no generation (`resps`): not the samples of a generation task") from None
+    resps = row.get("resps")
+    if not (isinstance(resps, list) and resps and isinstance(resps[0], list) and resps[0]):
+        shape = "missing" if resps is None else json.dumps(resps)[:40]
+        raise UnusableInput(
+            f"{where}: no generation (`resps` is {shape}, not lm-eval's list of lists of texts): not the samples of a "
+            "generation task"
+        )
+    text = resps[0][0]
     if not isinstance(text, str):
-        raise ValueError(f"{where}: the generation is {type(text).__name__}, not text")
+        raise UnusableInput(f"{where}: the generation is {type(text).__name__}, not text")
+    if not is_unicode_text(text):
+        raise UnusableInput(f"{where}: the generation holds a lone surrogate escape (\\ud800-\\udfff), not text")
     return text
+
+
+def _prompt(row: dict) -> str | None:
+    """The prompt lm-eval sent: ``arguments.gen_args_0.arg_0``, or ``arguments[0][0]`` (older versions logged a
+    list of ``[prompt, generation settings]``); None when neither."""
+    arguments = row.get("arguments")
+    if isinstance(arguments, dict):
+        first = arguments.get("gen_args_0")
+        prompt = first.get("arg_0") if isinstance(first, dict) else None
+    elif isinstance(arguments, list) and arguments and isinstance(arguments[0], list) and arguments[0]:
+        prompt = arguments[0][0]
+    else:
+        prompt = None
+    return prompt if isinstance(prompt, str) else None
 
 
 def read_lm_eval_samples(folder: str | Path, benchmark_dir: str | Path | None = None) -> list[LmEvalSet]:
@@ -186,7 +228,9 @@ def read_lm_eval_samples(folder: str | Path, benchmark_dir: str | Path | None = 
                 raise ValueError(f"{where}: no `doc`: not an lm-eval samples file")
             if chosen.ours:
                 problem_id = doc.get("id")
-                if not isinstance(problem_id, int) or not 0 <= problem_id < len(problems):
+                if isinstance(problem_id, bool) or not isinstance(problem_id, int):
+                    raise ValueError(f"{where}: doc id {problem_id!r} is not a problem index of {benchmark}")
+                if not 0 <= problem_id < len(problems):
                     raise ValueError(f"{where}: doc id {problem_id!r} is not a problem of {benchmark}")
                 problem = problems[problem_id]
                 if doc.get("question") != problem.question or doc.get("reference") != problem.reference:
@@ -206,8 +250,8 @@ def read_lm_eval_samples(folder: str | Path, benchmark_dir: str | Path | None = 
                 chosen.lm_eval_verdicts[problem.id] = float(row[METRIC])
             if chosen.ours and isinstance(row.get(METRIC_MATH_VERIFY), (int, float)):
                 chosen.lm_eval_math_verify[problem.id] = float(row[METRIC_MATH_VERIFY])
-            prompt = ((row.get("arguments") or {}).get("gen_args_0") or {}).get("arg_0")
-            if isinstance(prompt, str):
+            prompt = _prompt(row)
+            if prompt is not None:
                 chosen.prompts[problem.id] = prompt
         if not chosen.outputs:
             raise ValueError(f"{path}: no samples")
@@ -252,6 +296,14 @@ def _prompt_warning(found: LmEvalSet, task: EvalTask) -> str | None:
 def _refuse_several_models(folder, found: list[LmEvalSet]) -> None:
     """One report is of one model: samples found under ``folder`` from runs of different models (lm-eval writes
     one folder per model under its --output_path) are an :class:`~.errors.UnusableInput`."""
+    folders = {s.path.parent for s in found}
+    unknown = [s for s in found if not s.run.get("model_args")]
+    if len(folders) > 1 and unknown:  # a folder without its results file: its model cannot be told
+        raise UnusableInput(
+            f"{folder}: samples in {len(folders)} folders, and the model of {unknown[0].task} is not known (no "
+            f"results_<date>.json beside {unknown[0].path}), so they cannot be told to be one model's; give the "
+            "folder of one model's run (lm-eval writes one per model under its --output_path)"
+        )
     models: dict[str, list[str]] = {}
     for lm_set in found:
         if lm_set.run.get("model_args"):

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .errors import OutputError
+from .errors import OutputError, utf8_bytes
 
 LOG = logging.getLogger(__name__)
 
@@ -58,6 +58,23 @@ def prepare_output_dir(path: str | Path, option: str = "--out") -> Path:
     """``path`` as a folder that exists and can be written, made (with its parents) when missing. A file there, a
     file above it or a folder that cannot be written is an :class:`OutputError` naming the path and the fix."""
     path = Path(path)
+    try:
+        return _prepare_output_dir(path, option)
+    except OSError as err:  # a name too long for the file system (ENAMETOOLONG), a loop of links on the way
+        if isinstance(err, OutputError):
+            raise
+        raise OutputError(
+            f"{option} {path}: cannot be used ({err.strerror or err}); give another folder (each name in a path is "
+            "at most 255 bytes)"
+        ) from None
+
+
+def _prepare_output_dir(path: Path, option: str) -> Path:
+    if path.is_symlink() and not path.exists():
+        raise OutputError(
+            f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist or loops: make the "
+            "folder it points to, or give another --out"
+        )
     if path.exists() and not path.is_dir():
         raise OutputError(f"{option} {path} is a file, not a folder: give a folder (it is made when missing)")
     above = next((p for p in path.parents if p.exists()), None)
@@ -82,17 +99,20 @@ def write_file_atomic(path: Path, write: Callable[[Path], object]) -> Path:
     try:
         write(tmp)
         os.replace(tmp, path)
-    except OSError as err:
+    except BaseException as err:  # whatever stopped it (an OSError, an encoding error, Ctrl-C): no half file left
         try:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
-        raise write_error(path, err) from err
+        if isinstance(err, OSError):
+            raise write_error(path, err) from err
+        raise
     return path
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
-    return write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    """``text`` in UTF-8 (a name or path that is not UTF-8 shows U+FFFD for its bytes), written by rename."""
+    return write_file_atomic(path, lambda tmp: tmp.write_bytes(utf8_bytes(text)))
 
 
 def write_json_atomic(path: Path, data, **dumps) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import __version__
 from .benchmarks.sets import BENCHMARK_NAMES
-from .errors import OutputError, decode_text, read_input_bytes
+from .errors import OutputError, decode_text, json_value, read_input_bytes
 from .math_verify_scoring import MISSING_NOTE, math_verify_available
 from .metrics import GenerationMetrics, NumericMetrics
 from .output import (
@@ -94,9 +94,9 @@ def load_report(path: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such report (give report.json files or the folders del-eval wrote)")
     try:
-        report = json.loads(decode_text(read_input_bytes(path, "report"), path, "report"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
+        report = json_value(decode_text(read_input_bytes(path, "report"), path, "report"))
+    except ValueError as err:  # not JSON, nested too deep, an integer too long: not a report del-eval wrote
+        raise ValueError(f"{path}: {err}") from None
     if not isinstance(report, dict) or report.get("schema") not in READABLE_SCHEMAS:
         found = report.get("schema") if isinstance(report, dict) else type(report).__name__
         raise ValueError(f"{path}: not a del-eval report (schema {found!r}, expected {SCHEMA!r})")

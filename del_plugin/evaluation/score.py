@@ -13,7 +13,7 @@ from pathlib import Path
 from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sandbox, run_programs
 from .benchmarks.readers import Verdict
 from .benchmarks.sets import BENCHMARKS
-from .errors import UnusableInput, UsageError, read_input_bytes
+from .errors import UnusableInput, UsageError, is_unicode_text, json_value, read_input_bytes
 from .metrics import GenerationMetrics, ProgramCounts
 from .report import RunReport, require_eval_extra
 from .tasks import EvalTask, benchmark_task, generation_record, refuse_modified_sets
@@ -49,9 +49,9 @@ def read_predictions(predictions: str | Path | Iterable[dict], n_problems: int) 
     for number, row in rows:
         if isinstance(row, str):
             try:
-                row = json.loads(row)
-            except json.JSONDecodeError as err:
-                errors.append(f"{where}:{number}: not valid JSON ({err.msg})")
+                row = json_value(row)
+            except ValueError as err:
+                errors.append(f"{where}:{number}: {err}")
                 continue
         if not isinstance(row, dict) or "id" not in row or "output" not in row:
             errors.append(f"{where}:{number}: expected an object with `id` and `output`")
@@ -61,6 +61,8 @@ def read_predictions(predictions: str | Path | Iterable[dict], n_problems: int) 
             errors.append(f"{where}:{number}: `id` {problem_id!r} is not a problem index 0..{n_problems - 1}")
         elif not isinstance(output, str):
             errors.append(f"{where}:{number}: `output` is {type(output).__name__}, not a string")
+        elif not is_unicode_text(output):
+            errors.append(f"{where}:{number}: `output` holds a lone surrogate escape (\\ud800-\\udfff): not text")
         elif problem_id in outputs:
             errors.append(f"{where}:{number}: `id` {problem_id} given twice")
         else:
@@ -140,6 +142,13 @@ def score_predictions(
     return report.data
 
 
+def answer_key(task: EvalTask) -> list[str]:
+    """What a program of ``task`` must not see (besides the shipped sets, always hidden): the set's file and, for
+    a set read from ``--benchmark-dir``, that whole folder (``<dir>/<set>/<file>``: every set in it)."""
+    path = Path(task.source["path"])
+    return [str(path)] + ([str(path.parents[1])] if task.benchmark and not task.benchmark.shipped else [])
+
+
 def program_verdicts(
     task: EvalTask, problems, texts: list[str], timeout_s: float, sandbox: str
 ) -> list[tuple[Verdict, dict | None]]:
@@ -147,7 +156,8 @@ def program_verdicts(
     ``sandbox``) and what it prints read as "The answer is <stdout>" (a program that fails: no answer); an output
     without a program is read as it is. Per problem: the verdict, and the program's run (None without one)."""
     programs = [extract_program(text) for text in texts]
-    runs = iter(run_programs([p for p in programs if p is not None], timeout_s=timeout_s, sandbox=sandbox))
+    found = [p for p in programs if p is not None]
+    runs = iter(run_programs(found, timeout_s=timeout_s, sandbox=sandbox, hidden=answer_key(task)))
     outcomes = []
     for problem, text, program in zip(problems, texts, programs):
         if program is None:

@@ -27,10 +27,10 @@ import re
 
 __all__ = ["last_boxed", "normalize_math_answer", "same_math_answer"]
 
-_BOXED = re.compile(r"\\boxed")
 _UNBRACED_SQRT = re.compile(r"\\sqrt\s*([^{\\\s])")
 _INTEGER_FRACTION = re.compile(r"(-?\d+)/(\d+)")
-_TEXT = re.compile(r"\\text\{([^{}]*)\}")
+_TEXT_OPEN = "\\text{"
+_BRACES = re.compile(r"\\text\{|[{}]")
 
 
 def _braced(text: str, start: int) -> tuple[str, int] | None:
@@ -47,46 +47,47 @@ def _braced(text: str, start: int) -> tuple[str, int] | None:
     return None
 
 
-def last_boxed(text: str) -> str | None:
+def last_boxed(text: str, limit: int | None = None) -> str | None:
     """The content of the last ``\\boxed{...}`` in ``text`` (braces matched), or of ``\\boxed 5`` up to the next
-    ``$``; None when there is none (or the last one never closes its brace)."""
-    found = list(_BOXED.finditer(text))
-    if not found:
+    ``$``; None when there is none (or the last one never closes its brace, within ``limit`` characters when
+    given)."""
+    last = text.rfind("\\boxed")
+    if last < 0:
         return None
-    rest = text[found[-1].end() :]
+    rest = text[last + len("\\boxed") :]
     stripped = rest.lstrip()
     if stripped.startswith("{"):
-        group = _braced(stripped, 0)
+        group = _braced(stripped if limit is None else stripped[: limit + 2], 0)
         return None if group is None else group[0]
-    return stripped.split("$")[0].strip()
+    return stripped.split("$", 1)[0].strip()
 
 
 def _fix_fracs(text: str) -> str:
     """Braces around unbraced one-character arguments of ``\\frac`` (``\\frac12``, ``\\frac1{72}``, ``\\frac{1}2``)."""
     parts = text.split("\\frac")
-    out = parts[0]
+    out = [parts[0]]  # joined once at the end: linear in the text, however many \frac it holds
     for part in parts[1:]:
-        out += "\\frac"
+        out.append("\\frac")
         if part.startswith("{"):
             group = _braced(part, 0)
             if group is None:
-                out += part
+                out.append(part)
                 continue
             numerator, end = group
             rest = part[end:]
             if rest and rest[0] not in "{\\ ":
-                out += "{" + numerator + "}{" + rest[0] + "}" + rest[1:]
+                out += ["{", numerator, "}{", rest[0], "}", rest[1:]]
             else:
-                out += part
+                out.append(part)
             continue
         if len(part) < 2:
             return text  # `\frac` with too little after it: leave the text as it was
         numerator, rest = part[0], part[1:]
         if rest[0] == "{":
-            out += "{" + numerator + "}" + rest
+            out += ["{", numerator, "}", rest]
         else:
-            out += "{" + numerator + "}{" + rest[0] + "}" + rest[1:]
-    return out
+            out += ["{", numerator, "}{", rest[0], "}", rest[1:]]
+    return "".join(out)
 
 
 def normalize_math_answer(answer: str) -> str:
@@ -112,11 +113,36 @@ def normalize_math_answer(answer: str) -> str:
     return text
 
 
+def _unwrap_text(text: str) -> str:
+    """``text`` with every ``\\text{...}`` unwrapped whose content holds no brace once the ``\\text{...}`` inside
+    it are unwrapped (``\\text{\\text{(B)}}`` is ``(B)``; ``\\text{a{b}}`` stays), in one pass with a stack of
+    open braces: linear in the text, however deep the nesting (unwrapping one level per pass was quadratic)."""
+    if _TEXT_OPEN not in text:
+        return text
+    dropped = []  # (start, end) of each unwrapped `\text{` and of its closing brace
+    stack: list[list] = []  # [start of `\text{` (None: a plain brace), whether a brace stays inside]
+    for token in _BRACES.finditer(text):
+        if token[0] == "}":
+            if not stack:
+                continue
+            start, braced = stack.pop()
+            if start is not None and not braced:
+                dropped += [(start, start + len(_TEXT_OPEN)), (token.start(), token.end())]
+            elif stack:  # a brace that stays: the \text{...} around it stays too
+                stack[-1][1] = True
+        else:
+            stack.append([token.start() if token[0] == _TEXT_OPEN else None, False])
+    dropped.sort()
+    kept, at = [], 0
+    for start, end in dropped:
+        kept.append(text[at:start])
+        at = end
+    kept.append(text[at:])
+    return "".join(kept)
+
+
 def _comparable(normal_form: str) -> str:
-    previous = None
-    while previous != normal_form:  # nested \text{...}: unwrap from the inside out
-        previous, normal_form = normal_form, _TEXT.sub(r"\1", normal_form)
-    return normal_form.lower()
+    return _unwrap_text(normal_form).lower()
 
 
 def same_math_answer(prediction: str, reference: str) -> bool:

@@ -15,6 +15,10 @@ Three modes (``settings["mode"]``):
   program left in its PID namespace.
 * ``"bwrap"``: bwrap built the sandbox and runs this as the PID namespace's init (``--as-pid-1``); only the limits
   are set here.
+
+The settings' ``hidden`` places (the answer key, where a bind shows it) are covered by an empty read-only tmpfs
+(a file by ``/dev/null``); the monitor is made undumpable, so that the program, of the same user under bwrap,
+cannot ptrace it.
 * ``"none"``: no isolation; only the limits.
 
 In every mode a monitor forks the program, which (in ``"namespaces"``) drops every capability and, run by root,
@@ -34,7 +38,7 @@ import sys
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # pivot_root has no libc wrapper: its system call number per machine
@@ -163,6 +167,12 @@ def _build_root(settings, folder):
         os.symlink(target, link)
     for source, target in settings["binds"]:
         _bind_read_only("/.oldroot" + source, target, proc or "/.oldroot/proc")
+    for target, kind in settings["hidden"]:  # the answer key: an empty read-only tmpfs (a file: /dev/null) over it
+        if kind == "folder":
+            _mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=1")
+        else:
+            _mount("/.oldroot/dev/null", target, None, MS_BIND)
+            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     os.mkdir("/dev", 0o755)
     for device in _DEVICES:
         if os.path.exists(f"/.oldroot/dev/{device}"):
@@ -215,6 +225,7 @@ def _set_limits(settings):
 def _prepare_program(settings, source, status_fd, ids):
     """In the program's process: no privileges, its folder, its limits; say so on the status pipe."""
     try:
+        _prctl(PR_SET_DUMPABLE, 1)
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if settings["mode"] == "namespaces":
             _drop_privileges(*ids)
@@ -233,6 +244,10 @@ def _prepare_program(settings, source, status_fd, ids):
 def _monitor(settings, source, status_fd, ids=(None, None)):
     """Fork the program and return in it; here, reap every process handed over (the namespace's init does: PID 1
     in both sandboxes) and report the program's wait status once it ends."""
+    # not dumpable (before the fork: no moment without it): no process of the same user (the program, under
+    # bwrap) may ptrace this one, freeze it and hold back the program's status, or use its /proc/1/mem; the
+    # program is made dumpable again, so that its own /proc files stay its own
+    _prctl(PR_SET_DUMPABLE, 0)
     pid = os.fork()
     if pid == 0:
         _prepare_program(settings, source, status_fd, ids)

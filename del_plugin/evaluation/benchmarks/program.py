@@ -17,6 +17,10 @@ it: ``"bwrap"`` where bubblewrap is installed and works, else ``"namespaces"``, 
   installation it runs with and its virtual environment, all read-only, a few device nodes, and its folder
   ``/tmp`` (``/del-eval-program`` when the Python installation lies under ``/tmp``), an empty 64 MiB tmpfs that
   is its working directory and ``HOME``: nothing of ``HOME``, the working tree or the rest of the file system;
+* the answer key out of sight: the package's shipped sets (``del_plugin/evaluation/data``) and the folders and
+  files of the sets being scored (``hidden``), wherever the binds above show them (a wheel's copy in the virtual
+  environment, a ``--benchmark-dir`` inside it), each covered by an empty read-only tmpfs (a file: by
+  ``/dev/null``);
 * no capabilities and no new privileges; run by root, it runs as ``nobody``, so that the process limit holds;
 * when it ends, whatever it started ends with it (its PID namespace goes), and its folder goes with its tmpfs.
 
@@ -86,6 +90,10 @@ _NOBODY = 65534  # the user a program started by root runs as in a sandbox
 _BWRAP_MIN_VERSION = (0, 8, 0)  # --size and --disable-userns
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
+# the package's shipped sets (del_plugin/evaluation/data): never in a program's sight
+_SHIPPED_SETS = str(Path(__file__).resolve().parents[1] / "data")
+# + "<PID namespace>-<owner pid>-<its start time>-": a killed run's folders are found again
+_FOLDER_PREFIX = "del-eval-program-"
 
 
 class SandboxUnavailableError(ValueError):
@@ -188,11 +196,43 @@ def _system_mounts() -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str]
     return tuple(binds), tuple(links)
 
 
+def _hidden_mounts(hidden: Sequence[str], binds: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """``[path inside, "folder" | "file"]`` for every place where one of the binds (real path, path inside) shows
+    one of ``hidden`` (the shipped sets and those of ``hidden``, by their real paths), so that each can be covered
+    there: by every path a program may take (a venv's link and its real path are two binds, each covered; a
+    symbolic link or ``/proc/self/root`` ends in one of them). A hidden folder that holds a bind (a
+    ``--benchmark-dir`` above the Python installation) cannot be covered whole: the set files named in ``hidden``
+    are, then."""
+    covers: dict[str, str] = {}
+    for path in (_SHIPPED_SETS, *hidden):
+        real = os.path.realpath(path)
+        kind = "folder" if os.path.isdir(real) else "file" if os.path.exists(real) else None
+        if kind is None or any(_under(source, (real,)) for source, _ in binds):
+            continue
+        for source, inside in binds:
+            if _under(real, (source,)):
+                covers.setdefault(inside + real[len(source) :], kind)
+    folders = [path for path, kind in covers.items() if kind == "folder"]
+    # what lies in a covered folder is covered with it (and there is no mount point for it in the empty tmpfs)
+    return [
+        [path, kind]
+        for path, kind in sorted(covers.items())
+        if not any(_under(path, (f,)) for f in folders if f != path)
+    ]
+
+
 def _launcher_settings(
-    mode: str, status_fd: int, cpu_seconds: int, memory_bytes: int, output_bytes: int, processes: int
+    mode: str,
+    status_fd: int,
+    cpu_seconds: int,
+    memory_bytes: int,
+    output_bytes: int,
+    processes: int,
+    hidden: Sequence[str] = (),
 ) -> dict:
     system_binds, links = _system_mounts()
     python_binds = _python_binds()
+    binds = system_binds + python_binds
     return {
         "mode": mode,
         "status_fd": status_fd,
@@ -203,7 +243,8 @@ def _launcher_settings(
         "folder": _sandbox_folder(python_binds) if mode != UNSANDBOXED else ".",
         "folder_bytes": PROGRAM_FOLDER_BYTES,
         "folder_files": PROGRAM_FOLDER_FILES,
-        "binds": [list(b) for b in system_binds + python_binds],
+        "binds": [list(b) for b in binds],
+        "hidden": _hidden_mounts(hidden, binds) if mode != UNSANDBOXED else [],
         "symlinks": [list(link) for link in links],
         "root_uid": _NOBODY,
         "root_gid": _NOBODY,
@@ -214,12 +255,15 @@ def _bwrap_command(settings: dict) -> list[str]:
     """bwrap's command line (before the launcher's) for ``settings``."""
     # --as-pid-1: the launcher is the PID namespace's init, so that bwrap ends only once everything the program
     # started is gone (with bwrap's own init, it ends while the namespace's last processes are still being killed)
-    command = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+    command = [_bwrap_executable() or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns"]
+    command += ["--die-with-parent", "--new-session"]
     command.append("--as-pid-1")
     for link, target in settings["symlinks"]:
         command += ["--symlink", target, link]
     for real, path in settings["binds"]:
         command += ["--ro-bind", real, path]
+    for path, kind in settings["hidden"]:
+        command += ["--tmpfs", path, "--remount-ro", path] if kind == "folder" else ["--ro-bind", "/dev/null", path]
     # --dev mounts a tmpfs of its own, without a size, which "--remount-ro /" leaves writable
     folder = settings["folder"]
     command += ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc"]
@@ -238,29 +282,38 @@ def run_program(
     output_bytes: int = PROGRAM_OUTPUT_BYTES,
     processes: int = PROGRAM_PROCESSES,
     sandbox: str = "auto",
+    hidden: Sequence[str] = (),
 ) -> ProgramRun:
     """Run ``code`` under the limits of the module docs in ``sandbox`` (``"auto"``: :func:`program_sandbox`;
-    ``"bwrap"``, ``"namespaces"`` or ``"none"``); return how it ended and what it printed. A sandbox that fails
-    to start the program (none of it ran) is a warning and an ``"error"`` of this program only."""
+    ``"bwrap"``, ``"namespaces"`` or ``"none"``); return how it ended and what it printed. ``hidden``: folders and
+    files kept out of the program's sight besides the shipped sets (the set being scored: its answers). A sandbox
+    that fails to start the program (none of it ran) is a warning and an ``"error"`` of this program only."""
     mode = program_sandbox() if sandbox == "auto" else sandbox
     if mode not in SANDBOXES + (UNSANDBOXED,):
         raise ValueError(f"sandbox must be auto, {', '.join(SANDBOXES)} or {UNSANDBOXED}, got {sandbox!r}")
-    run, started = _run(code, mode, timeout_s, memory_mb, output_bytes, processes)
+    run, started = _run(code, mode, timeout_s, memory_mb, output_bytes, processes, hidden)
     if not started:
         LOG.warning("a program was not run: %s", run.detail)
     return run
 
 
 def _run(
-    code: str, mode: str, timeout_s: float, memory_mb: int, output_bytes: int, processes: int
+    code: str,
+    mode: str,
+    timeout_s: float,
+    memory_mb: int,
+    output_bytes: int,
+    processes: int,
+    hidden: Sequence[str] = (),
 ) -> tuple[ProgramRun, bool]:
     """:func:`run_program` in ``mode``; and whether the sandbox started the program."""
     cpu_seconds = max(1, int(timeout_s + 0.999))
     with _program_folder(unsandboxed=mode == UNSANDBOXED) as work:
         source, out_path, err_path = work / "program.py", work / "stdout.txt", work / "stderr.txt"
-        source.write_text(code, encoding="utf-8")
+        # a lone surrogate (not Unicode text: JSON's \ud800 makes one) goes in as '?'
+        source.write_bytes(code.encode("utf-8", errors="replace"))
         status_read, status_write = os.pipe()
-        settings = _launcher_settings(mode, status_write, cpu_seconds, memory_mb << 20, output_bytes, processes)
+        settings = _launcher_settings(mode, status_write, cpu_seconds, memory_mb << 20, output_bytes, processes, hidden)
         command = [sys.executable, "-I", "-c", _LAUNCHER, json.dumps(settings)]
         # bwrap run by root runs as nobody, so that the program is not root outside its namespaces
         as_nobody = {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
@@ -371,13 +424,58 @@ def _program_folder(unsandboxed: bool) -> Iterator[Path]:
     """A new temporary folder, always removed afterwards. Without a sandbox, a process the program left working
     in it (in a session of its own, out of reach of the process group's kill) is killed first; a folder that
     still cannot be removed is a warning, never an error."""
-    folder = Path(tempfile.mkdtemp(prefix="del-eval-program-"))
+    _remove_folders_of_ended_runs()
+    folder = Path(tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{_owner_tag(os.getpid())}-"))
     try:
         yield folder
     finally:
         if unsandboxed:
             _kill_processes_in(folder)
         _remove_folder(folder)
+
+
+def _owner_tag(pid: int) -> str | None:
+    """``"<PID namespace>-<pid>-<start time>"`` of a running process of this PID namespace (its start time in
+    clock ticks since boot: a pid reused by a later process does not match), None when no such process runs."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return f"{_pid_namespace()}-{pid}-{int(fields[19])}"
+
+
+@functools.cache
+def _pid_namespace() -> int:
+    """This process's PID namespace (its inode; 0 where /proc does not say): a pid means something only there."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+@functools.cache
+def _remove_folders_of_ended_runs() -> None:
+    """Remove the program folders (``del-eval-program-<PID namespace>-<pid>-<start time>-*`` in the temporary
+    folder) this user's runs left when they were killed (SIGKILL: no ``finally`` ran), once per process: only those
+    whose process has ended; a folder of a run still going on is left alone, and so is one of another PID
+    namespace (a container sharing the folder), whose processes cannot be seen from here."""
+    root = Path(tempfile.gettempdir())
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        found = re.fullmatch(rf"{_FOLDER_PREFIX}(\d+)-(\d+)-(\d+)-.+", entry.name)
+        try:
+            if found is None or int(found[1]) != _pid_namespace() or entry.is_symlink():
+                continue
+            if entry.lstat().st_uid != os.geteuid():
+                continue
+        except OSError:
+            continue
+        if _owner_tag(int(found[2])) != f"{found[1]}-{found[2]}-{found[3]}":
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _remove_folder(folder: Path, attempts: int = 20) -> None:
@@ -432,11 +530,20 @@ def _sandbox_problem(mode: str) -> str | None:
     return None
 
 
+@functools.cache
+def _bwrap_executable() -> str | None:
+    """bwrap's absolute path, found once on the caller's PATH: the check and every run start this same file (the
+    programs' own environment has ``PATH=/usr/bin:/bin``, which would miss one in ``/usr/local/bin``)."""
+    found = shutil.which("bwrap")
+    return os.path.abspath(found) if found else None
+
+
 def _bwrap_problem() -> str | None:
-    if shutil.which("bwrap") is None:
+    bwrap = _bwrap_executable()
+    if bwrap is None:
         return "bwrap is not installed"
     try:
-        answer = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=30).stdout
+        answer = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as err:
         return f"bwrap --version failed: {err}"
     found = re.search(r"(\d+)\.(\d+)\.(\d+)", answer)

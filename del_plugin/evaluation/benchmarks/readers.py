@@ -20,16 +20,21 @@ colon; GSM8K also "####"). When there is no such marker the whole output is sear
   verdict is then ``defaulted`` and counts as correct when the reference is ``A``; ``correct_without_default`` is
   the verdict without that default.
 
+An answer read is at most :data:`~..answers.MAX_ANSWER_CHARS` characters (a longer one is no answer; a
+``\\boxed{`` whose brace does not close within it counts as one that never closes), and every reader is linear in
+the output.
+
 A :class:`Verdict` holds the answer read (``None``: no answer), whether it is correct, and for numbers its value.
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from ..answers import find_numbers
+from ..answers import MAX_ANSWER_CHARS, find_number, last_match
 from .latex import last_boxed, normalize_math_answer, same_math_answer
 
 __all__ = [
@@ -54,6 +59,7 @@ DEFAULT_CHOICE = "A"
 
 _LAST_EQUALS_NUMBER_WITH_UNIT = re.compile(r"[\d.]+\s\D+")
 _PLAIN_NUMBER = re.compile(r"-?\d*\.?\d+")
+_OUTSIDE_NUMBERS = re.compile(r"[^-\d.]")
 
 
 @dataclass(frozen=True)
@@ -96,10 +102,8 @@ def canonical_number(value: Decimal) -> str:
 def read_number(output: str, markers: tuple[str, ...] = (ANSWER_MARKER,)) -> Decimal | None:
     """The numeric answer of ``output`` (see the module docs), or None."""
     tail, marked = after_last_marker(output, markers)
-    numbers = find_numbers(tail)
-    if not numbers:
-        return None
-    return numbers[0][0] if marked else numbers[-1][0]
+    found = find_number(tail, last=not marked)
+    return None if found is None else found[0]
 
 
 def score_number(output: str, reference: str, markers: tuple[str, ...] = (ANSWER_MARKER,)) -> Verdict:
@@ -115,16 +119,18 @@ def read_math_answer(output: str) -> str | None:
     """The normalised MATH answer of ``output`` (see the module docs), or None."""
     tail, marked = after_last_marker(output)
     tail = tail.strip().rstrip(".").rstrip("/").strip()
-    boxed = last_boxed(tail)
+    boxed = last_boxed(tail, MAX_ANSWER_CHARS)
     if boxed is not None:
         answer = boxed
     elif marked:
-        answer = tail.split("=")[-1].strip()
-        if _LAST_EQUALS_NUMBER_WITH_UNIT.fullmatch(answer):
+        answer = tail[tail.rfind("=") + 1 :].strip()
+        if len(answer) <= MAX_ANSWER_CHARS and _LAST_EQUALS_NUMBER_WITH_UNIT.fullmatch(answer):
             answer = answer.split(" ")[0]
     else:
-        numbers = _PLAIN_NUMBER.findall(tail)
-        answer = numbers[-1] if numbers else ""
+        number = last_match(_PLAIN_NUMBER, tail, _OUTSIDE_NUMBERS)
+        answer = number[0] if number else ""
+    if len(answer) > MAX_ANSWER_CHARS:
+        return None
     answer = normalize_math_answer(answer)
     return answer or None
 
@@ -170,14 +176,12 @@ def read_choice(output: str, letters: str) -> str | None:
             first_word[2].isupper() or first_word[1] or not _WORD_AFTER.match(tail, first_word.end())
         ):
             return first_word[2].upper()
-    found = [
-        (m[1] or m[2]).upper()
-        for m in _choice_pattern(letters).finditer(tail)
-        if not (m[1] and _opens_a_phrase(tail, m.start(), m.end()))
-    ]
-    if not found:
-        return None
-    return found[0] if marked else found[-1]
+    # one pass, keeping one match: linear in the output whatever it holds
+    letters_found = (
+        m for m in _choice_pattern(letters).finditer(tail) if not (m[1] and _opens_a_phrase(tail, m.start(), m.end()))
+    )
+    found = next(letters_found, None) if marked else next(iter(deque(letters_found, maxlen=1)), None)
+    return None if found is None else (found[1] or found[2]).upper()
 
 
 def score_choice(output: str, reference: str, letters: str) -> Verdict:

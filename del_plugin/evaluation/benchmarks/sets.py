@@ -17,12 +17,11 @@ from __future__ import annotations
 import difflib
 import gzip
 import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UnusableInput, decode_text, read_input_bytes
+from ..errors import UnusableInput, decode_text, json_value, read_input_bytes
 from .latex import last_boxed, normalize_math_answer
 from .readers import ANSWER_MARKER, GSM8K_MARKERS, Verdict, reference_number, score_choice, score_math, score_number
 
@@ -67,15 +66,22 @@ class BenchmarkFileError(UnusableInput):
 
 def _rows(raw: bytes, path: str, layout: str) -> list:
     text = decode_text(raw, path, "benchmark file")
-    try:
-        if layout == "array":
-            rows = json.loads(text)
-            if not isinstance(rows, list):
-                raise BenchmarkFileError(f"{path}: expected a JSON array of problems, got {type(rows).__name__}")
-            return rows
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    except json.JSONDecodeError as err:
-        raise BenchmarkFileError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    if layout == "array":
+        try:
+            rows = json_value(text)
+        except ValueError as err:  # not JSON, nested too deep, an integer too long
+            raise BenchmarkFileError(f"{path}: {err}") from None
+        if not isinstance(rows, list):
+            raise BenchmarkFileError(f"{path}: expected a JSON array of problems, got {type(rows).__name__}")
+        return rows
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json_value(line))
+            except ValueError as err:
+                raise BenchmarkFileError(f"{path}:{number}: {err}") from None
+    return rows
 
 
 def _field(row: object, key: str, kind: type | tuple[type, ...], path: str, index: int):

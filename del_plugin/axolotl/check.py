@@ -43,6 +43,7 @@ os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 
 SOURCE_KEYS = ("base_model", "base_model_config", "tokenizer_config")
 OK, FAILED, SKIPPED = "ok", "FAILED", "not checked"
+NOTE = "note"  # said, not checked: does not change the exit status
 PASSED, CHECK_FAILED, PARTLY_CHECKED, UNUSABLE_INPUT = 0, 1, 2, 3
 
 
@@ -160,6 +161,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "sm_89 or (8, 9). Default (without --gpu, on a machine without a GPU): 8.6, a 24 GB RTX 3090 or A10 as the "
         "QLoRA examples are written for; 8.0 (A100) for an FSDP or DeepSpeed config",
     )
+    card.add_argument(
+        "--cpu",
+        action="store_true",
+        help="check for a machine without a GPU: what would stop the run there (Axolotl's auto-enabled LoRA kernels, "
+        "bf16, tf32, flash-attention, Liger, Cut Cross Entropy), each key with its fix (docs/cpu.md). Without --gpu, "
+        "--compute-capability or --cpu on a machine without a GPU, del-check checks for the default card and adds "
+        "a note of what would stop the run on this machine",
+    )
     parser.add_argument(
         "--gpus",
         type=int,
@@ -202,6 +211,9 @@ def hardware(args: argparse.Namespace, cfg: dict) -> tuple[dict, dict, str]:
     import torch
 
     env = {"torch_version": torch.__version__.split("+")[0]}
+    if args.cpu:  # what Axolotl's gpu_capabilities() reads on a machine without a GPU
+        capabilities = {"bf16": False, "fp8": False, "tf32": False, "n_gpu": 1, "compute_capability": None}
+        return capabilities, env, "a machine without a GPU (--cpu)"
     if args.card is None and torch.cuda.is_available():
         from axolotl.cli.config import gpu_capabilities
 
@@ -215,7 +227,10 @@ def hardware(args: argparse.Namespace, cfg: dict) -> tuple[dict, dict, str]:
     cc = f"compute capability {card.major}.{card.minor}"
     described = f"{gpus} x {card.label}, {cc}" if card.label else f"{gpus} GPU(s) of {cc}"
     if args.card is None:
-        described += ", the examples' card (set yours with --gpu or --compute-capability, and --gpus)"
+        described += (
+            ", del-check's default card, as no card was given (set yours with --gpu or --compute-capability and "
+            "--gpus, or --cpu)"
+        )
     return card.capabilities(gpus), env, described
 
 
@@ -380,6 +395,7 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     from axolotl.utils.dict import DictDefault
 
     capabilities, env, described = hardware(args, raw)
+    written = dict(raw)
     cfg = DictDefault(raw)
     try:
         # as Axolotl 0.21 does for an installed plugin (entry point), so that del_ keys without the plugin line are
@@ -393,7 +409,12 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     except Exception as err:  # noqa: BLE001 - pydantic's ValidationError, ValueError, ImportError: all a refusal
         report.add(FAILED, "validation", f"Axolotl's validation for {described} refused the config:\n{reasons(err)}")
         return report
-    refusals = _card_refusals(cfg, capabilities, host.axolotl_warnings)
+    from .cpu import cpu_refusals
+
+    if args.cpu:
+        refusals = cpu_refusals(written, cfg)
+    else:
+        refusals = _card_refusals(cfg, capabilities, host.axolotl_warnings)
     if refusals:
         lines = "\n".join("  " + line for line in refusals)
         report.add(FAILED, "validation", f"Axolotl's validation for {described}: training would fail there:\n{lines}")
@@ -409,6 +430,9 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     )
 
     # 2. the tokenizer and the model type, from what validation loaded (cached), or why not
+    if args.card is None and not args.cpu:
+        _note_this_cpu(report, written, cfg)
+
     from .source_checks import check_model_source, check_tokenizer_source
 
     trust, revision = bool(cfg.trust_remote_code), cfg.revision_of_model
@@ -440,6 +464,22 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     # 3. the loss kernels
     check_kernels(report, cfg, model_type, cce_folds_lora_head, lora_targets_head)
     return report
+
+
+def _note_this_cpu(report: Report, written: dict, cfg) -> None:
+    """Checked for the default card on a machine without a GPU: what would stop the run on this machine."""
+    import torch
+
+    from .cpu import cpu_refusals
+
+    if torch.cuda.is_available():
+        return
+    refusals = cpu_refusals(written, cfg)
+    if refusals:
+        lines = "\n".join("  " + line for line in refusals)
+        report.add(NOTE, "this machine", f"it has no GPU; to train this config on it (`del-check --cpu`):\n{lines}")
+    else:
+        report.add(NOTE, "this machine", "it has no GPU, and nothing in this config needs one (`del-check --cpu`)")
 
 
 # any one of them makes a folder a tokenizer's (SentencePiece, byte-level BPE, WordPiece, tiktoken)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from test_examples import EXAMPLES, FAMILIES, OTHER_FAMILIES, REPO
 
@@ -79,10 +80,14 @@ def test_every_example_passes_del_check_with_local_folders(capsys, path):
     status, checks, verdict = del_check(capsys, path, *args, "--local", f"{cfg['base_model']}={folder}")
 
     assert status == 0 and verdict == f"del-check {path}: passed", checks
-    assert list(checks) == ["validation", "tokenizer", "model type", "kernels"]
-    assert all(state == "ok" for state, _ in checks.values()), checks
+    # on a machine without a GPU, a note of what would stop the run here (tests/test_cpu_recipe.py), not a check
+    note = [] if torch.cuda.is_available() else ["this machine"]
+    assert list(checks) == ["validation", *note, "tokenizer", "model type", "kernels"]
+    assert all(state == ("note" if name in note else "ok") for name, (state, _) in checks.items()), checks
     card = "A100, compute capability 8.0" if launched else "RTX 3090 / A10 (24 GB), compute capability 8.6"
-    assert checks["validation"][1].startswith(f"Axolotl's validation for {launched or 1} x {card}, the examples' card")
+    assert checks["validation"][1].startswith(
+        f"Axolotl's validation for {launched or 1} x {card}, del-check's default card, as no card was given"
+    )
     assert f"del_alpha {cfg['del_alpha']}" in checks["validation"][1]
     # the layout read independently of del-check: the family's real tokenizer's digits
     layout = "number tokens of 1-3 digits" if tokenizer == "llama-bpe" else "one token per digit"

@@ -5,7 +5,8 @@ What it checks, in order, and stops at the first failure of the first two:
 1. the config: Axolotl's own validation of the whole config, with the plugin's keys and rules (bounds, a misspelled
    ``del_`` key, criteria beside kernels, a LoRA head beside Liger's fused kernel, a fused kernel under ZeRO-3,
    training modes), for the hardware the config is meant for (``--gpu`` or ``--compute-capability``, ``--gpus``;
-   the local GPU when there is one and neither is given; else the examples' card), and what that card can train:
+   the local GPU when there is one and neither is given; else del-check's default card, with a note of what would
+   stop the run on this machine; ``--cpu``: a machine without a GPU), and what that card can train:
    ``bf16`` as Axolotl checks it (its "Training will fail" warning, below compute capability 8.0), ``tf32`` as
    transformers does;
 2. the tokenizer's digit layout, read from the tokenizer files (one token per digit, or complete 1-3-digit number
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
 import os
 import re
@@ -43,7 +45,7 @@ os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 
 SOURCE_KEYS = ("base_model", "base_model_config", "tokenizer_config")
 OK, FAILED, SKIPPED = "ok", "FAILED", "not checked"
-NOTE = "note"  # said, not checked: does not change the exit status
+NOTE, WARNING = "note", "warning"  # said, not checked: neither changes the exit status
 PASSED, CHECK_FAILED, PARTLY_CHECKED, UNUSABLE_INPUT = 0, 1, 2, 3
 
 
@@ -355,12 +357,34 @@ def reasons(err: Exception) -> str:
     """A validation error's messages, without pydantic's echo of the whole input."""
     from pydantic import ValidationError
 
-    messages = (
-        [e["msg"].removeprefix("Value error, ") for e in err.errors()]
-        if isinstance(err, ValidationError)
-        else [str(err)]
-    )
+    messages = [_with_key(e) for e in err.errors()] if isinstance(err, ValidationError) else [str(err)]
     return "\n".join("  " + line for message in messages for line in message.splitlines())
+
+
+def _with_key(error: dict) -> str:
+    """A pydantic error's message, led by the key and value it is about when the message does not name the key
+    (``learning_rate: fast``: could not convert string to float: 'fast')."""
+    message = error["msg"].removeprefix("Value error, ")
+    key = error["loc"][0] if error["loc"] and isinstance(error["loc"][0], str) else None
+    if key is None or key in message:
+        return message
+    value = error.get("input")
+    shown = f"`{key}: {value}`" if isinstance(value, (str, int, float, bool)) else f"`{key}`"
+    return f"{shown}: {message}"
+
+
+def unknown_keys(raw: dict, known: set[str]) -> list[str]:
+    """A warning for each top-level key that no schema knows (Axolotl's, the plugins') and that is close to one
+    that is: Axolotl drops unknown keys, so a typo (``lora_dropuot``) would otherwise train with the default. The
+    ``del_`` keys are the plugin's own rule (refused when misspelled)."""
+    found = []
+    for key in raw:
+        if not isinstance(key, str) or key in known or key.startswith("del_"):
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
+        if close:
+            found.append(f"`{key}` is no key of Axolotl's or a plugin's, so it is not used: did you mean `{close[0]}`?")
+    return found
 
 
 class Report:
@@ -404,6 +428,7 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
 
         PluginManager.get_instance().register(PLUGIN_NAME)
         prepare_plugins(cfg)
+        _warn_unknown_keys(report, raw)
         host.axolotl_warnings.clear()
         cfg = validate_config(cfg, capabilities=capabilities, env_capabilities=env)
     except Exception as err:  # noqa: BLE001 - pydantic's ValidationError, ValueError, ImportError: all a refusal
@@ -464,6 +489,15 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     # 3. the loss kernels
     check_kernels(report, cfg, model_type, cce_folds_lora_head, lora_targets_head)
     return report
+
+
+def _warn_unknown_keys(report: Report, raw: dict) -> None:
+    from axolotl.integrations.config import merge_input_args
+
+    schema, _ = merge_input_args()
+    known = {name for name, field in schema.model_fields.items() for name in (name, field.alias) if name}
+    for warning in unknown_keys(raw, known):
+        report.add(WARNING, "keys", warning)
 
 
 def _note_this_cpu(report: Report, written: dict, cfg) -> None:

@@ -58,7 +58,7 @@ def cpu_refusals(raw: dict, cfg: Any) -> list[str]:
         fix = ", ".join(f"`{key}: false`" for key in LORA_KERNEL_KEYS)
         refusals.append(f"{named}: {_LORA_KERNEL_WHY}; set {fix}")
     if raw.get("bf16") in (True, "full"):
-        refusals.append(f"`bf16: {raw['bf16']}`: {CPU_RECIPE['bf16'].why}; set `bf16: false`")
+        refusals.append(f"`bf16: {str(raw['bf16']).lower()}`: {CPU_RECIPE['bf16'].why}; set `bf16: false`")
     if raw.get("tf32") is True:
         refusals.append(f"`tf32: true`: {CPU_RECIPE['tf32'].why}; set `tf32: false`")
     flags = [flag for flag in _GPU_ATTENTION_FLAGS if raw.get(flag)]

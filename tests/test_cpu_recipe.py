@@ -18,7 +18,7 @@ import yaml
 
 from del_plugin.axolotl.args import PLUGIN_NAME
 from del_plugin.axolotl.check import main
-from del_plugin.axolotl.cpu import CPU_RECIPE, LORA_KERNEL_KEYS
+from del_plugin.axolotl.cpu import CPU_RECIPE
 from del_plugin.hf.settings import DEFAULT_ALPHA
 from del_plugin.hf.trainer import HostForwardError, _host_forward_error
 from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
@@ -97,7 +97,10 @@ def test_del_check_cpu_passes_the_example(capsys):
         ({"lora_o_kernel": True}, ["`lora_o_kernel: true`: Axolotl's fused LoRA kernels"]),
         ({"bf16": True}, ["`bf16: true`", "set `bf16: false`"]),
         ({"tf32": True}, ["`tf32: true`", "set `tf32: false`"]),
-        ({"attn_implementation": "flash_attention_2"}, ["`attn_implementation: flash_attention_2`", "set `attn_implementation: sdpa`"]),
+        (
+            {"attn_implementation": "flash_attention_2"},
+            ["`attn_implementation: flash_attention_2`", "set `attn_implementation: sdpa`"],
+        ),
         (
             {"attn_implementation": None, "flash_attention": True},
             ["`flash_attention: true`", "set `attn_implementation: sdpa`, and remove `flash_attention`"],

@@ -200,6 +200,8 @@ def test_the_twin_sweep_trains_on_a_cpu_with_what_the_docs_say(tmp_path):
     config.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in ("AXOLOTL_LOG_LEVEL", "LOG_LEVEL")}
     env.update(PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]), OMP_NUM_THREADS="2")
+    # as `source .venv/bin/activate` does (the README): Axolotl launches each run with the `accelerate` command
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     sweep = REPO / "examples" / "compare-with-mle.yml"
     done = subprocess.run(
         [sys.executable, "-m", "axolotl.cli.main", "train", str(config), "--sweep", str(sweep)],

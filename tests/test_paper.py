@@ -391,3 +391,15 @@ def test_the_estimate_command_and_every_setting(capsys):
     assert main(["--profile", "gpu", "--all-settings", "--seeds", "1", "2", "--estimate"]) == 0
     assert "x 12 runs" in capsys.readouterr().out.splitlines()[2]
     assert len(ALL_PAPER_SETTINGS) == 6 and ALL_PAPER_SETTINGS[:2] == ("del:0", f"del:{PAPER_DEL_WEIGHT:g}")
+
+
+def test_the_help_is_plain_text(capsys):
+    """The description is the module's docstring, without its reStructuredText markup."""
+    from del_plugin.demo.paper import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    assert "``" not in out and ":mod:" not in out and "our users" not in out
+    assert "for MLE (del_alpha: 0) and the DEL settings of a profile" in out

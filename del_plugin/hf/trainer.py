@@ -320,9 +320,10 @@ class DELTrainerMixin:
         else:
             self.del_log.info(
                 "DEL: model_type %r: digit logits equal the model's own to %.3g (the check forward's largest "
-                "difference)",
+                "difference; rounding allows %.3g, and a larger one stops the run)",
                 capture.model_type,
                 difference,
+                capture.measured_tolerance,
             )
 
     def _check_number_positions(self, targets: torch.Tensor, positions: list[torch.Tensor]) -> None:

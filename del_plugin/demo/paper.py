@@ -3,7 +3,7 @@
 The paper fine-tunes all weights of 7B models at lr 5e-6 for 2 epochs of MathInstruct and scores them on seven
 benchmarks. This command does the same with SmolLM2-135M-Instruct (or another model folder) on GSM8K's training
 problems, through Axolotl and this plugin, for MLE (``del_alpha: 0``) and the DEL settings of a profile, over
-several seeds; beside it, the (Q)LoRA fine-tune the examples train (lr 2e-4), on the same data. Every run is scored on the
+several seeds; beside it, the examples' (Q)LoRA fine-tune (lr 2e-4), on the same data. Every run is scored on the
 evaluation sets with del-eval (accuracy per set and their mean, MAE, log-MAE, the teacher-forced digit metrics), and
 the tables put each setting against MLE on the same seeds, with 95 % intervals (as docs/efficacy.md).
 

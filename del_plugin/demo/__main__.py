@@ -16,6 +16,9 @@ for _key, _value in {
     os.environ.setdefault(_key, _value)
 
 if __name__ == "__main__":
+    from ..host_notices import hold_back_import_notices
+
+    hold_back_import_notices()
     if sys.argv[1:2] == ["sweep"]:  # python -m del_plugin.demo sweep ...: the efficacy sweep (demo/sweep.py)
         from .sweep import main
 

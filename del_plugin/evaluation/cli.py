@@ -351,8 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     """del-eval; returns its exit status (:mod:`.errors` defines them; ``--help`` lists them)."""
     import signal
 
+    from ..host_notices import hold_back_import_notices
     from .report import require_eval_extra
 
+    hold_back_import_notices()
     args = build_parser().parse_args(argv)
     try:
         require_eval_extra()  # before any work: not at the plot after an hour of generation

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from test_del_check import write
 
 from del_plugin.axolotl.args import PLUGIN_NAME
 from del_plugin.axolotl.check import main
@@ -60,16 +61,8 @@ def del_check(capsys, *argv) -> tuple[int, str]:
 
 
 def write_config(tmp_path: Path, **changes) -> Path:
-    """The CPU example with ``changes`` (None removes a key), its hub model a local tiny Llama."""
-    cfg = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
-    for key, value in changes.items():
-        if value is None:
-            cfg.pop(key, None)
-        else:
-            cfg[key] = value
-    path = tmp_path / "config.yml"
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    return path
+    """The CPU example with ``changes`` (None removes a key)."""
+    return write(tmp_path, EXAMPLE.name, **changes)
 
 
 LOCAL = ("--local", f"HuggingFaceTB/SmolLM2-135M-Instruct={tiny_model_dir('llama-spm')}")

@@ -491,13 +491,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         profile = smoke_profile(profile)
     if args.estimate:
-        from .paper_plan import GPU_RATES, SMOLLM2_TOKENS_PER_ROW, estimate
+        from .paper_plan import CPU_RATES, CPU_TOKENS_PER_ROW, GPU_RATES, SMOLLM2_TOKENS_PER_ROW, estimate
 
         if profile.device != "cuda":
             print(
-                f"{profile.name} profile, on this machine's CPU: {profile.description}. --estimate works out a GPU "
-                "profile's time (--profile gpu), from the rates of one H200 (GPU_RATES, del_plugin/demo/paper_plan.py)"
+                f"{profile.name} profile, on this machine's CPU: {profile.description}. At the rates measured on a "
+                "shared 2-core CPU (CPU_RATES, del_plugin/demo/paper_plan.py; a faster CPU takes less), SmolLM2-135M:"
             )
+            for line in estimate(profile, CPU_RATES, tokens_per_row=CPU_TOKENS_PER_ROW)["lines"]:
+                print("  " + line)
             return 0
         print(f"{profile.name} profile on one H200 (GPU_RATES, del_plugin/demo/paper_plan.py), SmolLM2-135M:")
         for line in estimate(profile, GPU_RATES, tokens_per_row=SMOLLM2_TOKENS_PER_ROW)["lines"]:

@@ -177,8 +177,8 @@ def test_the_twin_sweep_trains_on_a_cpu_with_what_the_docs_say(tmp_path):
     """`axolotl train examples/smollm2-135m-cpu.yml --sweep examples/compare-with-mle.yml`, Axolotl's own CLI in its
     own process, as the example ships, with two changes a machine without the hub needs (a local tiny model with
     Llama-2's tokenizer for the hub id, GSM8K rows from a local file) and one for time (one step of each twin).
-    Costs three processes that each import torch and Axolotl (the CLI and one `accelerate launch` per twin): 4.4
-    minutes on two cores shared with other work."""
+    Costs three processes that each import torch and Axolotl (the CLI and one `accelerate launch` per twin): 3 to
+    4.5 minutes on two cores shared with other work."""
     rows = tmp_path / "gsm8k.jsonl"
     rows.write_text("".join(json.dumps(row) + "\n" for row in gsm8k_rows(8)), encoding="utf-8")
     cfg = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))

@@ -22,6 +22,8 @@ deprecations and offline notices are not about the config); ``--verbose`` shows 
 Exit status: 0 everything checked and passed; 1 a check failed (the message names the key and the fix); 2 nothing
 failed but something could not be checked here (a hub id with no local folder); 3 nothing was checked: the command
 line or the file cannot be used (no such file, a folder, not UTF-8, not YAML, not a config), with a one-line error.
+A ``warning`` line (a key that no schema knows, close to one that does) and a ``note`` line (what would stop the run
+on this machine without a GPU) do not change it.
 """
 
 from __future__ import annotations

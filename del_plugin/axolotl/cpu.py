@@ -1,5 +1,5 @@
 """Axolotl on a machine without a GPU: the keys that switch off its GPU-only features (the recipe that
-docs/cpu.md and ``examples/smollm2-135m/lora-cpu.yml`` give users), and what ``del-check`` refuses for such a
+docs/cpu.md and ``examples/smollm2-135m-cpu.yml`` give users), and what ``del-check`` refuses for such a
 machine, each with the key and the fix.
 
 Imports no Axolotl at module level: the tooling and the tests read :data:`CPU_RECIPE` without it.

@@ -239,3 +239,32 @@ def test_the_installed_axolotl_version_is_checked_with_a_clear_message():
     finally:
         logging.getLogger(LOGGER_NAME).removeHandler(handler)
     assert any("tested with Axolotl 0.21.0; Axolotl 0.22.0 is installed" in r.getMessage() for r in records)
+
+
+def test_every_refusal_of_the_plugins_keys_is_reported_at_once(base):
+    """Two unknown set names, a limit below 1, a number YAML read as a string and a bad criterion parameter: one
+    validation names them all (pydantic stops at the first model validator that raises), and a key's field error
+    that a refusal already names is not repeated."""
+    from pydantic import ValidationError
+
+    cfg = base(
+        del_eval_benchmarks=["gsm8kk", "svampp"],
+        del_eval_limit=0,
+        del_eval_max_new_tokens="abc",
+        del_alpha="3e-2",
+    )
+    with pytest.raises(ValidationError) as err:
+        load_config(cfg)
+    messages = [e["msg"] for e in err.value.errors()]
+    text = "\n".join(messages)
+    assert "unknown benchmark 'gsm8kk' (did you mean 'gsm8k'?), 'svampp' (did you mean 'svamp'?)" in text
+    assert "`del_eval_limit` must be a whole number >= 1, got 0" in text
+    assert "`del_eval_max_new_tokens` must be a whole number >= 1, got 'abc'" in text
+    assert "`del_alpha: 3e-2` is read by YAML as the string '3e-2'" in text
+    # one message each: the refusal of del_eval_max_new_tokens, not pydantic's "valid integer" beside it
+    assert len(messages) == 3 and sum("del_eval_max_new_tokens" in m for m in messages) == 1, messages
+
+
+def test_a_single_refusal_reads_as_before(base):
+    message = refused(base(del_eval_limit=0, del_eval_benchmarks=["gsm8k"]))
+    assert "del_plugin.DELPlugin: `del_eval_limit` must be a whole number >= 1, got 0." in message

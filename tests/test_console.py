@@ -59,3 +59,23 @@ def test_axolotl_console_shows_the_start_up_lines_once_each(tmp_path):
     assert re.fullmatch(r"DEL: model_type 'llama': digit logits equal the model's own to \S+ \(.*\)", check_line)
     # and the rest of the run logged DEL's parts
     assert any("'del_loss'" in line and "'digit_targets'" in line for line in lines)
+
+
+def test_del_eval_and_the_demo_hold_back_the_hosts_import_notices():
+    """torch's `_pytree` deprecation (on importing torchao) and bitsandbytes' offline CPU kernel notice, which
+    del-check already holds back: shown by a bare import (the oracle), held back after the call that del-eval's and
+    the demo's entry points make first."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("DEL_PLUGIN_HOST_NOTICES", None)
+    held = "from del_plugin.host_notices import hold_back_import_notices; hold_back_import_notices()"
+    outputs = []
+    for first in ("pass", held):
+        code = f"{first}\nimport torchao, bitsandbytes"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout + done.stderr)
+    bare, quiet = outputs
+    for notice in ("torch/utils/_pytree.py", "Failed to load CPU gemm_4bit_forward"):
+        assert notice in bare and notice not in quiet, (bare, quiet)
+    for entry in ("del_plugin/evaluation/cli.py", "del_plugin/demo/__main__.py"):
+        assert "hold_back_import_notices()" in (REPO / entry).read_text(encoding="utf-8")

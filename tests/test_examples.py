@@ -986,3 +986,29 @@ def test_gpu_check_number_tokens_cut_numbers_as_llama3():
     assert gpu_check.build_tokenizer(512).tokenize("12 3") == ["1", "2", " ", "3"]  # the default: single digits
     with pytest.raises(SystemExit):
         gpu_check.parse_args(["--number-tokens", "--vocab", "512"])
+
+
+def test_the_cpu_example_is_shipped_and_trains_on_a_machine_without_a_gpu():
+    """examples/smollm2-135m-cpu.yml: in the package's data files, and Axolotl's validation for a machine without a
+    GPU leaves nothing on that needs one (its LoRA kernels stay off; tests/test_cpu_recipe.py trains it)."""
+    import configparser
+    import fnmatch
+
+    import torch
+    from axolotl.utils.config import prepare_plugins, validate_config
+    from axolotl.utils.dict import DictDefault
+
+    from del_plugin.axolotl.cpu import cpu_refusals
+    from del_plugin.tooling.assets import tiny_model_dir
+
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    patterns = setup["options.data_files"]["share/del-plugin/examples"].replace(",", " ").split()
+    assert any(fnmatch.fnmatch("examples/smollm2-135m-cpu.yml", p) for p in patterns), patterns
+    shipped = yaml.safe_load((EXAMPLES / "smollm2-135m-cpu.yml").read_text(encoding="utf-8"))
+    cfg = DictDefault(copy.deepcopy(shipped) | {"base_model": str(tiny_model_dir("llama-spm"))})
+    prepare_plugins(cfg)
+    cpu = {"bf16": False, "fp8": False, "tf32": False, "n_gpu": 1, "compute_capability": None}
+    cfg = validate_config(cfg, capabilities=cpu, env_capabilities={"torch_version": torch.__version__.split("+")[0]})
+    assert not any(cfg[key] for key in ("bf16", "fp16", "tf32", "lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel"))
+    assert cpu_refusals(shipped, cfg) == []

@@ -15,6 +15,8 @@ import pytest
 
 from del_plugin.demo.paper import axolotl_config, eval_sets, mathinstruct_answer
 from del_plugin.demo.paper_plan import (
+    CPU_RATES,
+    CPU_TOKENS_PER_ROW,
     GPU_RATES,
     PAPER_DEL_WEIGHT,
     PROFILES,
@@ -155,8 +157,12 @@ def test_the_estimate_names_the_machine_it_is_for(capsys):
         out = capsys.readouterr().out
         name = "cpu" if profile else "gpu-smoke"
         description = profile.description if profile else smoke_profile(PROFILES["gpu"]).description
-        assert out.startswith(f"{name} profile, on this machine's CPU: {description}. --estimate works out a GPU")
-        assert "profile on one H200" not in out and "training tokens per run" not in out
+        assert out.startswith(f"{name} profile, on this machine's CPU: {description}. At the rates measured on a")
+        assert "profile on one H200" not in out and "H200" not in out
+        # the CPU estimate, worked out at the CPU's rates: the same lines as estimate() gives
+        cpu_profile = profile or smoke_profile(PROFILES["gpu"])
+        lines = estimate(cpu_profile, CPU_RATES, tokens_per_row=CPU_TOKENS_PER_ROW)["lines"]
+        assert out.splitlines()[1:] == ["  " + line for line in lines]
     assert main(["--profile", "gpu", "--estimate"]) == 0
     assert capsys.readouterr().out.startswith("gpu profile on one H200 (GPU_RATES")
 
@@ -394,3 +400,26 @@ def test_the_estimate_command_and_every_setting(capsys):
     assert main(["--profile", "gpu", "--all-settings", "--seeds", "1", "2", "--estimate"]) == 0
     assert "x 12 runs" in capsys.readouterr().out.splitlines()[2]
     assert len(ALL_PAPER_SETTINGS) == 6 and ALL_PAPER_SETTINGS[:2] == ("del:0", f"del:{PAPER_DEL_WEIGHT:g}")
+
+
+def test_the_help_is_plain_text(capsys):
+    """The description is the module's docstring, without its reStructuredText markup."""
+    from del_plugin.demo.paper import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    assert "``" not in out and ":mod:" not in out and "our users" not in out
+    assert "for MLE (del_alpha: 0) and the DEL settings of a profile" in out
+
+
+def test_the_cpu_estimate_is_near_the_cpu_profiles_measured_time():
+    """CPU_RATES are medians of the cpu profile's runs; the profile as a whole took 1 h 08 min of training and 54 min
+    of scoring (docs/efficacy.md): the estimate lands within 15 % of that."""
+    measured = (68 + 54) * 60
+    assert "1 h 08 min of training and 54 min of\nscoring" in (ROOT / "docs" / "efficacy.md").read_text()
+    total = estimate(PROFILES["cpu"], CPU_RATES, tokens_per_row=CPU_TOKENS_PER_ROW)["total_s"]
+    assert abs(total - measured) / measured < 0.15, total
+    # tokens per row, recounted from the runs: 19,060 training tokens of 64 rows x 2 epochs
+    assert CPU_TOKENS_PER_ROW == pytest.approx(19060 / 128, abs=0.05)

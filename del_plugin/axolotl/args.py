@@ -9,13 +9,14 @@ below checks one rule and is named for it.
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import functools
 import json
 import re
 from typing import Any
 
-from pydantic import Field, create_model, field_validator, model_validator
+from pydantic import Field, ValidationError, create_model, field_validator, model_validator
 
 from ..core.criteria import CRITERIA, criteria_names, criterion_spec
 from ..core.places import PlaceWeighting
@@ -106,18 +107,52 @@ def _criterion(data: dict) -> str | None:
     return criterion if criterion in CRITERIA else None
 
 
+# the refusals of the rules run so far in this validation (DELArgs.report_every_refusal_at_once), else None
+_REFUSALS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("del_plugin_refusals", default=None)
+
+
 def _when_enabled(rule):
     """A before-validator's rule, run only on a raw config (a dict) that lists the plugin: the PluginManager is a
     process-wide singleton, so configs without the plugin reach these validators too. The rule raises or passes;
-    the data goes on unchanged."""
+    the data goes on unchanged. A refusal is kept, so that the next rules run too and every refusal is reported at
+    once (:meth:`DELArgs.report_every_refusal_at_once`)."""
 
     @functools.wraps(rule)
     def checked(cls, data: Any) -> Any:
         if isinstance(data, dict) and plugin_enabled(data):
-            rule(cls, data)
+            refusals = _REFUSALS.get()
+            try:
+                rule(cls, data)
+            except ValueError as err:
+                if refusals is None:
+                    raise
+                refusals.append(str(err))
         return data
 
     return checked
+
+
+def _refusal_error(title: str, refusals: list[str], err: ValidationError | None) -> ValidationError:
+    """One ValidationError holding the plugin's refusals and the other errors of the same validation (``err``),
+    less those of a key a refusal already names (``del_eval_limit: abc`` is refused once, not twice)."""
+    from pydantic_core import InitErrorDetails
+
+    details = [InitErrorDetails(type="value_error", input={}, ctx={"error": ValueError(r)}) for r in refusals]
+    for error in err.errors() if err is not None else []:
+        key = str(error["loc"][0]) if error["loc"] else ""
+        if key.startswith("del_") and any(f"`{key}`" in r for r in refusals):
+            continue
+        ctx = error.get("ctx") or {}
+        details.append(InitErrorDetails(type=error["type"], loc=error["loc"], input=error["input"], ctx=ctx))
+    return ValidationError.from_exception_data(title, details)
+
+
+def _read_as_strings(data: dict) -> dict[str, str]:
+    """The number keys whose value YAML read as a string in exponent form (``del_alpha: 3e-2``)."""
+    keys = ("del_alpha", "del_integer_slope", "del_decimal_base", *CriterionParamArgs.model_fields)
+    return {
+        key: value for key in keys if isinstance(value := data.get(key), str) and _EXPONENT.fullmatch(value.strip())
+    }
 
 
 def _finite(description: str) -> Any:
@@ -285,8 +320,8 @@ class DELArgs(CriterionParamArgs):
     def check_criterion_settings(cls, data: dict) -> None:
         """The criterion, its weight and parameters and the place weights, with the reason for each bound."""
         criterion = _criterion(data)
-        if criterion is None:
-            return
+        if criterion is None or _read_as_strings(data):
+            return  # an unknown criterion, or a number YAML read as a string: each refused by its own rule
         try:
             DELSettings.from_config(data)
         except (TypeError, ValueError) as err:
@@ -300,10 +335,7 @@ class DELArgs(CriterionParamArgs):
     def refuse_numbers_yaml_reads_as_strings(cls, data: dict) -> None:
         """YAML 1.1, which Axolotl's loader (PyYAML) reads, takes a float only with a dot and a signed exponent:
         ``1e9`` and ``3e-2`` are strings, and would be refused as "not a number" without saying why."""
-        for key in ("del_alpha", "del_integer_slope", "del_decimal_base", *CriterionParamArgs.model_fields):
-            value = data.get(key)
-            if not isinstance(value, str):
-                continue
+        for key, value in _read_as_strings(data).items():
             match = _EXPONENT.fullmatch(value.strip())
             if match:
                 sign, whole, fraction, exponent_sign, exponent = match.groups()
@@ -460,10 +492,14 @@ class DELArgs(CriterionParamArgs):
     @_when_enabled
     def check_eval_counts(cls, data: dict) -> None:
         """``del_eval_limit`` and ``del_eval_max_new_tokens`` are whole numbers >= 1."""
-        for key in ("del_eval_limit", "del_eval_max_new_tokens"):
-            value = data.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                _refuse(f"`{key}` must be a whole number >= 1, got {value!r}")
+        bad = [
+            f"`{key}` must be a whole number >= 1, got {value!r}"
+            for key in ("del_eval_limit", "del_eval_max_new_tokens")
+            if (value := data.get(key)) is not None
+            and (isinstance(value, bool) or not isinstance(value, int) or value < 1)
+        ]
+        if bad:
+            _refuse("; ".join(bad))
 
     @model_validator(mode="before")
     @classmethod
@@ -478,6 +514,7 @@ class DELArgs(CriterionParamArgs):
         from ..evaluation.tasks import modified_set_error
 
         directory = data.get("del_eval_benchmark_dir")
+        unreadable = []
         missing = missing_benchmarks(
             names,
             directory,
@@ -485,7 +522,7 @@ class DELArgs(CriterionParamArgs):
             run_instead=lambda available: f"`del_eval_benchmarks: [{', '.join(available)}]`",
         )
         if missing is not None:
-            _refuse(f"`del_eval_benchmarks` names sets that are not here: {missing}")
+            unreadable.append(f"`del_eval_benchmarks` names sets that are not here: {missing}")
         for name in names:
             try:
                 if not BENCHMARKS[name].shipped:
@@ -494,12 +531,16 @@ class DELArgs(CriterionParamArgs):
                         fix = "set `del_eval_allow_modified: true` to score it"
                         raise modified_set_error(name, loaded.path, loaded.sha256, loaded.benchmark.sha256, fix)
             except (FileNotFoundError, ValueError) as err:
+                if isinstance(err, FileNotFoundError) and missing is not None:
+                    continue  # named with every other missing set above
                 fix = (
                     str(err)
                     .replace("pass --benchmark-dir DIR", "set `del_eval_benchmark_dir: DIR`")
                     .replace("--benchmark-dir", "del_eval_benchmark_dir")
                 )
-                _refuse(f"`del_eval_benchmarks` names {name}: {fix}")
+                unreadable.append(f"`del_eval_benchmarks` names {name}: {fix}")
+        if unreadable:
+            _refuse(";\n".join(unreadable))
         if directory is not None and all(BENCHMARKS[n].shipped for n in names):
             LOG.warning(
                 "del_plugin: `del_eval_benchmark_dir` is not used: `del_eval_benchmarks` names no set read from it "
@@ -569,3 +610,24 @@ class DELArgs(CriterionParamArgs):
                 revision=getattr(self, "revision_of_model", None),
             )
         return self
+
+    # defined last, so that it wraps every validator above: pydantic stops at the first before-validator that
+    # raises, and a user would otherwise fix one refusal per run
+    @model_validator(mode="wrap")
+    @classmethod
+    def report_every_refusal_at_once(cls, data: Any, handler):
+        """Every rule runs, and all their refusals are raised together, with the other errors of the validation
+        (a field that is not a number, an unknown tokenizer)."""
+        refusals: list[str] = []
+        token = _REFUSALS.set(refusals)
+        try:
+            result = handler(data)
+        except ValidationError as err:
+            if not refusals:
+                raise
+            raise _refusal_error(cls.__name__, refusals, err) from None
+        finally:
+            _REFUSALS.reset(token)
+        if refusals:
+            raise _refusal_error(cls.__name__, refusals, None)
+        return result

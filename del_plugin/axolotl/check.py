@@ -5,7 +5,8 @@ What it checks, in order, and stops at the first failure of the first two:
 1. the config: Axolotl's own validation of the whole config, with the plugin's keys and rules (bounds, a misspelled
    ``del_`` key, criteria beside kernels, a LoRA head beside Liger's fused kernel, a fused kernel under ZeRO-3,
    training modes), for the hardware the config is meant for (``--gpu`` or ``--compute-capability``, ``--gpus``;
-   the local GPU when there is one and neither is given; else the examples' card), and what that card can train:
+   the local GPU when there is one and neither is given; else del-check's default card, with a note of what would
+   stop the run on this machine; ``--cpu``: a machine without a GPU), and what that card can train:
    ``bf16`` as Axolotl checks it (its "Training will fail" warning, below compute capability 8.0), ``tf32`` as
    transformers does;
 2. the tokenizer's digit layout, read from the tokenizer files (one token per digit, or complete 1-3-digit number
@@ -21,13 +22,15 @@ deprecations and offline notices are not about the config); ``--verbose`` shows 
 Exit status: 0 everything checked and passed; 1 a check failed (the message names the key and the fix); 2 nothing
 failed but something could not be checked here (a hub id with no local folder); 3 nothing was checked: the command
 line or the file cannot be used (no such file, a folder, not UTF-8, not YAML, not a config, YAML past the bounds of
-:mod:`.config_yaml`), with a one-line error.
+:mod:`.config_yaml`), with a one-line error. A ``warning`` line (a key that no schema knows, close to one that does)
+and a ``note`` line (what would stop the run on this machine without a GPU) do not change it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
 import os
 import re
@@ -46,6 +49,7 @@ os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 
 SOURCE_KEYS = ("base_model", "base_model_config", "tokenizer_config")
 OK, FAILED, SKIPPED = "ok", "FAILED", "not checked"
+NOTE, WARNING = "note", "warning"  # said, not checked: neither changes the exit status
 PASSED, CHECK_FAILED, PARTLY_CHECKED, UNUSABLE_INPUT = 0, 1, 2, 3
 
 
@@ -163,6 +167,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "sm_89 or (8, 9). Default (without --gpu, on a machine without a GPU): 8.6, a 24 GB RTX 3090 or A10 as the "
         "QLoRA examples are written for; 8.0 (A100) for an FSDP or DeepSpeed config",
     )
+    card.add_argument(
+        "--cpu",
+        action="store_true",
+        help="check for a machine without a GPU: what would stop the run there (Axolotl's auto-enabled LoRA kernels, "
+        "bf16, tf32, flash-attention, Liger, Cut Cross Entropy), each key with its fix (docs/cpu.md). Without --gpu, "
+        "--compute-capability or --cpu on a machine without a GPU, del-check checks for the default card and adds "
+        "a note of what would stop the run on this machine",
+    )
     parser.add_argument(
         "--gpus",
         type=int,
@@ -205,6 +217,9 @@ def hardware(args: argparse.Namespace, cfg: dict) -> tuple[dict, dict, str]:
     import torch
 
     env = {"torch_version": torch.__version__.split("+")[0]}
+    if args.cpu:  # what Axolotl's gpu_capabilities() reads on a machine without a GPU
+        capabilities = {"bf16": False, "fp8": False, "tf32": False, "n_gpu": 1, "compute_capability": None}
+        return capabilities, env, "a machine without a GPU (--cpu)"
     if args.card is None and torch.cuda.is_available():
         from axolotl.cli.config import gpu_capabilities
 
@@ -218,7 +233,10 @@ def hardware(args: argparse.Namespace, cfg: dict) -> tuple[dict, dict, str]:
     cc = f"compute capability {card.major}.{card.minor}"
     described = f"{gpus} x {card.label}, {cc}" if card.label else f"{gpus} GPU(s) of {cc}"
     if args.card is None:
-        described += ", the examples' card (set yours with --gpu or --compute-capability, and --gpus)"
+        described += (
+            ", del-check's default card, as no card was given (set yours with --gpu or --compute-capability and "
+            "--gpus, or --cpu)"
+        )
     return card.capabilities(gpus), env, described
 
 
@@ -347,12 +365,34 @@ def reasons(err: Exception) -> str:
     """A validation error's messages, without pydantic's echo of the whole input."""
     from pydantic import ValidationError
 
-    messages = (
-        [e["msg"].removeprefix("Value error, ") for e in err.errors()]
-        if isinstance(err, ValidationError)
-        else [str(err)]
-    )
+    messages = [_with_key(e) for e in err.errors()] if isinstance(err, ValidationError) else [str(err)]
     return "\n".join("  " + line for message in messages for line in message.splitlines())
+
+
+def _with_key(error: dict) -> str:
+    """A pydantic error's message, led by the key and value it is about when the message does not name the key
+    (``learning_rate: fast``: could not convert string to float: 'fast')."""
+    message = error["msg"].removeprefix("Value error, ")
+    key = error["loc"][0] if error["loc"] and isinstance(error["loc"][0], str) else None
+    if key is None or key in message:
+        return message
+    value = error.get("input")
+    shown = f"`{key}: {value}`" if isinstance(value, (str, int, float, bool)) else f"`{key}`"
+    return f"{shown}: {message}"
+
+
+def unknown_keys(raw: dict, known: set[str]) -> list[str]:
+    """A warning for each top-level key that no schema knows (Axolotl's, the plugins') and that is close to one
+    that is: Axolotl drops unknown keys, so a typo (``lora_dropuot``) would otherwise train with the default. The
+    ``del_`` keys are the plugin's own rule (refused when misspelled)."""
+    found = []
+    for key in raw:
+        if not isinstance(key, str) or key in known or key.startswith("del_"):
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
+        if close:
+            found.append(f"`{key}` is no key of Axolotl's or a plugin's, so it is not used: did you mean `{close[0]}`?")
+    return found
 
 
 class Report:
@@ -390,6 +430,7 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     from axolotl.utils.dict import DictDefault
 
     capabilities, env, described = hardware(args, raw)
+    written = dict(raw)
     cfg = DictDefault(raw)
     try:
         # as Axolotl 0.21 does for an installed plugin (entry point), so that del_ keys without the plugin line are
@@ -398,12 +439,18 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
 
         PluginManager.get_instance().register(PLUGIN_NAME)
         prepare_plugins(cfg)
+        _warn_unknown_keys(report, raw)
         host.axolotl_warnings.clear()
         cfg = validate_config(cfg, capabilities=capabilities, env_capabilities=env)
     except Exception as err:  # noqa: BLE001 - pydantic's ValidationError, ValueError, ImportError: all a refusal
         report.add(FAILED, "validation", f"Axolotl's validation for {described} refused the config:\n{reasons(err)}")
         return report
-    refusals = _card_refusals(cfg, capabilities, host.axolotl_warnings)
+    from .cpu import cpu_refusals
+
+    if args.cpu:
+        refusals = cpu_refusals(written, cfg)
+    else:
+        refusals = _card_refusals(cfg, capabilities, host.axolotl_warnings)
     if refusals:
         lines = "\n".join("  " + line for line in refusals)
         report.add(FAILED, "validation", f"Axolotl's validation for {described}: training would fail there:\n{lines}")
@@ -419,6 +466,9 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     )
 
     # 2. the tokenizer and the model type, from what validation loaded (cached), or why not
+    if args.card is None and not args.cpu:
+        _note_this_cpu(report, written, cfg)
+
     from .source_checks import check_model_source, check_tokenizer_source
 
     trust, revision = bool(cfg.trust_remote_code), cfg.revision_of_model
@@ -450,6 +500,31 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     # 3. the loss kernels
     check_kernels(report, cfg, model_type, cce_folds_lora_head, lora_targets_head)
     return report
+
+
+def _warn_unknown_keys(report: Report, raw: dict) -> None:
+    from axolotl.integrations.config import merge_input_args
+
+    schema, _ = merge_input_args()
+    known = {name for name, field in schema.model_fields.items() for name in (name, field.alias) if name}
+    for warning in unknown_keys(raw, known):
+        report.add(WARNING, "keys", warning)
+
+
+def _note_this_cpu(report: Report, written: dict, cfg) -> None:
+    """Checked for the default card on a machine without a GPU: what would stop the run on this machine."""
+    import torch
+
+    from .cpu import cpu_refusals
+
+    if torch.cuda.is_available():
+        return
+    refusals = cpu_refusals(written, cfg)
+    if refusals:
+        lines = "\n".join("  " + line for line in refusals)
+        report.add(NOTE, "this machine", f"it has no GPU; to train this config on it (`del-check --cpu`):\n{lines}")
+    else:
+        report.add(NOTE, "this machine", "it has no GPU, and nothing in this config needs one (`del-check --cpu`)")
 
 
 # any one of them makes a folder a tokenizer's (SentencePiece, byte-level BPE, WordPiece, tiktoken)

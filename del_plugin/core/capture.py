@@ -420,6 +420,7 @@ class DigitLogitsCapture:
         self.reader: _DigitReader = reader(vocab, self.lora)
         self.verified = False  # set by check_against_logits, with the difference it measured
         self.measured_difference: float | None = None
+        self.measured_tolerance: float | None = None  # what rounding allowed at that measurement
         self._armed = False
         self._reset()
         self._handles = [decoder.register_forward_hook(self._on_decoder)]
@@ -652,7 +653,7 @@ class DigitLogitsCapture:
                 difference,
                 tolerance,
             )
-        self.verified, self.measured_difference = True, difference
+        self.verified, self.measured_difference, self.measured_tolerance = True, difference, tolerance
         return difference
 
     def remove(self) -> None:

@@ -1,6 +1,6 @@
 """``python -m del_plugin.demo``: the README's main-job command (see ``del_plugin/demo/pipeline.py``);
 ``python -m del_plugin.demo sweep``: the efficacy sweep over ``del_alpha`` and seeds (``del_plugin/demo/sweep.py``);
-``python -m del_plugin.demo paper``: the paper's regime and our users', on GSM8K (``del_plugin/demo/paper.py``)."""
+``python -m del_plugin.demo paper``: the paper's regime and the LoRA one, on GSM8K (``del_plugin/demo/paper.py``)."""
 
 import os
 import sys
@@ -16,6 +16,9 @@ for _key, _value in {
     os.environ.setdefault(_key, _value)
 
 if __name__ == "__main__":
+    from ..host_notices import hold_back_import_notices
+
+    hold_back_import_notices()
     if sys.argv[1:2] == ["sweep"]:  # python -m del_plugin.demo sweep ...: the efficacy sweep (demo/sweep.py)
         from .sweep import main
 

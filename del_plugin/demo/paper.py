@@ -1,9 +1,9 @@
-"""``python -m del_plugin.demo paper``: the paper's regime, reproduced at a small scale, beside our users' regime.
+"""``python -m del_plugin.demo paper``: the paper's regime, reproduced at a small scale, beside the LoRA regime.
 
 The paper fine-tunes all weights of 7B models at lr 5e-6 for 2 epochs of MathInstruct and scores them on seven
 benchmarks. This command does the same with SmolLM2-135M-Instruct (or another model folder) on GSM8K's training
 problems, through Axolotl and this plugin, for MLE (``del_alpha: 0``) and the DEL settings of a profile, over
-several seeds; beside it, the (Q)LoRA fine-tune our users run (lr 2e-4), on the same data. Every run is scored on the
+several seeds; beside it, the examples' (Q)LoRA fine-tune (lr 2e-4), on the same data. Every run is scored on the
 evaluation sets with del-eval (accuracy per set and their mean, MAE, log-MAE, the teacher-forced digit metrics), and
 the tables put each setting against MLE on the same seeds, with 95 % intervals (as docs/efficacy.md).
 
@@ -13,7 +13,7 @@ default) does both run by run, then the report; ``--report-only`` rewrites the r
 resumes: a trained run is not trained again, a scored run is not scored again unless the evaluation settings
 changed (then only its scoring is redone). Everything is written under ``--out``.
 
-Profiles (``--profile``, see :mod:`.paper_plan`): ``cpu`` (about two hours of a 2-core CPU), ``gpu`` (one H200 in
+Profiles (``--profile``, del_plugin/demo/paper_plan.py): ``cpu`` (about two hours of a 2-core CPU), ``gpu`` (one H200 in
 about 8 minutes, estimated); ``--smoke`` runs a profile's path shrunk to minutes on a CPU, a test.
 """
 
@@ -426,7 +426,7 @@ def _replace_atomically(path: Path, write) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m del_plugin.demo paper",
-        description=__doc__,
+        description=re.sub(r"``([^`]+)``", r"\1", __doc__),  # the docstring's literals, without their markup
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -491,13 +491,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         profile = smoke_profile(profile)
     if args.estimate:
-        from .paper_plan import GPU_RATES, SMOLLM2_TOKENS_PER_ROW, estimate
+        from .paper_plan import CPU_RATES, CPU_TOKENS_PER_ROW, GPU_RATES, SMOLLM2_TOKENS_PER_ROW, estimate
 
         if profile.device != "cuda":
             print(
-                f"{profile.name} profile, on this machine's CPU: {profile.description}. --estimate works out a GPU "
-                "profile's time (--profile gpu), from the rates of one H200 (GPU_RATES, del_plugin/demo/paper_plan.py)"
+                f"{profile.name} profile, on this machine's CPU: {profile.description}. At the rates measured on a "
+                "shared 2-core CPU (CPU_RATES, del_plugin/demo/paper_plan.py; a faster CPU takes less), SmolLM2-135M:"
             )
+            for line in estimate(profile, CPU_RATES, tokens_per_row=CPU_TOKENS_PER_ROW)["lines"]:
+                print("  " + line)
             return 0
         print(f"{profile.name} profile on one H200 (GPU_RATES, del_plugin/demo/paper_plan.py), SmolLM2-135M:")
         for line in estimate(profile, GPU_RATES, tokens_per_row=SMOLLM2_TOKENS_PER_ROW)["lines"]:

@@ -213,6 +213,28 @@ GPU_RATES = Rates(
     },
 )
 
+# This project's 2-core Xeon, shared with other work, SmolLM2-135M: the medians of the cpu profile's 12 runs
+# (docs/efficacy/paper-cpu/runs.csv), for the estimate of a profile that runs on a CPU (cpu, --smoke).
+CPU_RATES = Rates(
+    full_tokens_per_s=63,
+    adapter_tokens_per_s=88,
+    decode_step_s=0.25,
+    teacher_forced_problems_per_s=2,
+    process_start_s=20,
+    source={
+        "full_tokens_per_s": "median tokens_per_s of the paper regime's 6 runs (32.5-113.9): 62.7",
+        "adapter_tokens_per_s": "median tokens_per_s of the users regime's 6 runs: 87.7",
+        "decode_step_s": (
+            "median eval_s of the 12 runs, 238 s, for 7 sets x 1 batch x 128 steps = 896 steps and 70 problems "
+            "teacher-forced: 0.25 s a step and 2 problems/s give 224 + 35 = 259 s, within the runs' 186-315 s"
+        ),
+        "teacher_forced_problems_per_s": "see decode_step_s",
+        "process_start_s": "importing torch, transformers and Axolotl: 16 s of CPU time here, + the model load",
+    },
+)
+# tokens per training row of those runs: 19,060 tokens / (64 rows x 2 epochs)
+CPU_TOKENS_PER_ROW = 148.9
+
 # Mean tokens of one GSM8K training row as the paper command writes it (alpaca prompt, question, MathInstruct-form
 # answer, EOS), over all 7,473 rows, by SmolLM2's tokenizer (tests/test_paper.py recounts it); the CPU runs record
 # the count of the rows they trained on in run.json ("training": "tokens_per_row")

@@ -66,7 +66,7 @@ class _Stages:
 COMMANDS = {
     "sweep": "the efficacy sweep: the demo's fine-tune over del_alpha settings and seeds, with intervals "
     "(docs/efficacy.md, set-ups 1-2)",
-    "paper": "the paper's regime (full fine-tune at lr 5e-6) beside our users' (LoRA), on GSM8K, scored on the "
+    "paper": "the paper's regime (full fine-tune at lr 5e-6) beside the LoRA one, on GSM8K, scored on the "
     "paper's benchmarks (docs/efficacy.md, set-up 3)",
 }
 

@@ -439,8 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     """del-eval; returns its exit status (:mod:`.errors` defines them; ``--help`` lists them)."""
     import signal
 
+    from ..host_notices import hold_back_import_notices
     from .report import require_eval_extra
 
+    hold_back_import_notices()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # to write back a corrected command

@@ -18,6 +18,9 @@ The mixin's state is five named objects: ``del_settings`` (:class:`DELSettings`)
 
 from __future__ import annotations
 
+import traceback
+from pathlib import Path
+
 import torch
 from transformers.utils import logging
 
@@ -31,9 +34,46 @@ from .metrics import DigitMetrics
 from .normalisation import StepScales, step_scales
 from .settings import DELSettings
 
-__all__ = ["DELTrainerMixin", "TokenCriterionLoss"]
+__all__ = ["DELTrainerMixin", "HostForwardError", "TokenCriterionLoss"]
 
 LOG = logging.get_logger(__name__)
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+class HostForwardError(RuntimeError):
+    """The model's own forward failed in DEL's start-up check, in the host's code (its kernels, its model), not in
+    DEL's: the message names where, the original error is chained (``__cause__``)."""
+
+
+def _raised_in(err: BaseException) -> traceback.FrameSummary | None:
+    """Where ``err`` was raised: the innermost frame of its traceback outside torch's own modules (which a library
+    calls into, as in ``torch.empty(..., device="cuda")``); None without a traceback."""
+    frames = traceback.extract_tb(err.__traceback__)
+    torch_dir = Path(torch.__file__).resolve().parent
+    for frame in reversed(frames):
+        if not Path(frame.filename).resolve().is_relative_to(torch_dir):
+            return frame
+    return frames[-1] if frames else None
+
+
+def _host_forward_error(err: Exception) -> HostForwardError | None:
+    """A :class:`HostForwardError` for an error the model's forward raised outside DEL's own code, None for DEL's."""
+    frame = _raised_in(err)
+    if frame is None or Path(frame.filename).resolve().is_relative_to(PACKAGE_DIR):
+        return None
+    where = Path(frame.filename).as_posix().split("site-packages/")[-1]
+    hint = ""
+    if not torch.cuda.is_available() and any(w in str(err) for w in ("CUDA", "NVIDIA", "cuda", "Triton", "triton")):
+        hint = (
+            " This machine has no GPU, and something in the run needs one (a GPU-only kernel or setting); with "
+            "Axolotl, `del-check --cpu CONFIG` names each key and the value that trains on a CPU (docs/cpu.md)."
+        )
+    return HostForwardError(
+        f"the model's own forward failed in DEL's first-step check (one no-grad forward of the batch's first row): "
+        f"{type(err).__name__}: {str(err).strip()} -- raised in {where}, line {frame.lineno} ({frame.name}), which "
+        "is the host's code, not DEL's; the training step runs the same forward and would fail the same way "
+        f"without DEL.{hint}"
+    )
 
 
 class TokenCriterionLoss:
@@ -263,9 +303,17 @@ class DELTrainerMixin:
             raise KeyError("del_plugin: the batch has no input_ids, which DEL's start-up check of the logits needs")
         mask = inputs.get("attention_mask")
         rows = slice(0, 1), slice(0, self.CHECK_TOKENS)
-        difference = self.del_capture.check_against_logits(
-            model, input_ids[rows], None if mask is None or mask.dim() != 2 else mask[rows]
-        )
+        try:
+            difference = self.del_capture.check_against_logits(
+                model, input_ids[rows], None if mask is None or mask.dim() != 2 else mask[rows]
+            )
+        except DigitCaptureError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any error of the host's forward, re-raised as the host's
+            host_error = _host_forward_error(err)
+            if host_error is None:
+                raise
+            raise host_error from err
         capture = self.del_capture
         if difference is None and capture.architecture is None:
             raise DigitCaptureError(
@@ -283,9 +331,10 @@ class DELTrainerMixin:
         else:
             self.del_log.info(
                 "DEL: model_type %r: digit logits equal the model's own to %.3g (the check forward's largest "
-                "difference)",
+                "difference; rounding allows %.3g, and a larger one stops the run)",
                 capture.model_type,
                 difference,
+                capture.measured_tolerance,
             )
 
     def _check_number_positions(self, targets: torch.Tensor, positions: list[torch.Tensor]) -> None:

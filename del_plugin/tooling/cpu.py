@@ -8,16 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..axolotl.cpu import CPU_RECIPE
+
+# the users' recipe (its one home: del_plugin/axolotl/cpu.py, each key with why), and what runs in this process need
 CPU_KEYS: dict = {
-    "bf16": False,  # no bf16/fp16 autocast on this path
-    "fp16": False,
-    "tf32": False,  # TF32 matmuls are an Ampere+ CUDA feature
-    "attn_implementation": "sdpa",  # flash-attention 2 is CUDA-only; sdpa packs rows with a block-diagonal mask
-    "optimizer": "adamw_torch",  # paged 8-bit AdamW pages through CUDA memory; plain AdamW is the same maths
-    "lora_mlp_kernel": False,  # Axolotl's fused LoRA kernels are Triton (GPU) kernels
-    "lora_qkv_kernel": False,
-    "lora_o_kernel": False,
-    "lora_embedding_kernel": False,
+    **{key: entry.value for key, entry in CPU_RECIPE.items()},
+    "optimizer": "adamw_torch",  # the same maths as the examples' paged 8-bit AdamW, without bitsandbytes' states
     "dataloader_pin_memory": False,  # pinning needs CUDA
     "dataloader_num_workers": 0,  # workers would re-import the caller's __main__ under spawn
     "dataset_num_proc": 1,  # datasets saves with a spawn pool otherwise, which re-imports __main__ too

@@ -205,7 +205,11 @@ class DELTrainerMixin:
     def _step_scales(self, num_items_in_batch) -> StepScales:
         """This micro-batch's factors (:func:`~del_plugin.hf.normalisation.step_scales`), from the trainer's state."""
         return step_scales(
-            accumulation_steps=self.current_gradient_accumulation_steps,
+            # set by the training loop for each step; an evaluation before the first step has none (and uses
+            # only the host-loss factor, which does not depend on it)
+            accumulation_steps=getattr(
+                self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps
+            ),
             num_processes=self.accelerator.num_processes,
             loss_is_scaled_for_ga=getattr(self, "loss_is_scaled_for_ga", None),
             model_accepts_loss_kwargs=bool(self.model_accepts_loss_kwargs),

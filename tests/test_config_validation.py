@@ -239,3 +239,19 @@ def test_the_installed_axolotl_version_is_checked_with_a_clear_message():
     finally:
         logging.getLogger(LOGGER_NAME).removeHandler(handler)
     assert any("tested with Axolotl 0.21.0; Axolotl 0.22.0 is installed" in r.getMessage() for r in records)
+
+
+def test_ntl_float_level_is_a_switch_of_ntl_number_only(base):
+    """``del_ntl_float_level``: false by default, true accepted with ``ntl_number`` (and read into its settings),
+    refused beside another criterion and when it is no boolean, naming the key, before the model loads."""
+    from del_plugin.hf.settings import DELSettings
+
+    assert load_config(base(del_criterion="ntl_number")).del_ntl_float_level is False
+    cfg = load_config(base(del_criterion="ntl_number", del_ntl_float_level=True))
+    assert cfg.del_ntl_float_level is True
+    assert dict(DELSettings.from_config(cfg).params) == {"ntl_float_level": True}
+    message = refused(base(del_criterion="del", del_ntl_float_level=True))
+    assert "`del_ntl_float_level` applies only to `del_criterion: ntl_number`, not `del`" in message
+    assert "`del_ntl_float_level` must be true or false, got 'yes'" in refused(
+        base(del_criterion="ntl_number", del_ntl_float_level="yes")
+    )

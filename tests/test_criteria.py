@@ -377,6 +377,32 @@ def test_digit_criteria_match_slow_oracle(criterion):
     assert mean.item() == pytest.approx(0.5 * expected.sum().item() / units, rel=1e-5)
 
 
+def test_ntl_number_float_level_matches_slow_oracle():
+    """``del_ntl_float_level`` on the single-digit test vocabulary with space-marked digits (which ntloss does not
+    read): each term and the mean over numbers equal the oracle's, which joins a run across one '.' before a digit."""
+    torch.manual_seed(3)
+    labels = torch.stack([encode("pay 1,234.50 for ⁷8 items. 3.14159 "), encode("1.2.3 and .75 or 9 - x ..8 y 0.0625")])
+    labels[0, :4] = -100
+    logits = (torch.randn(*labels.shape, V, dtype=torch.float64) * 3).requires_grad_()
+    places = number_places(labels, VOCAB)
+    digits = digit_targets_from_logits(logits, labels, VOCAB)
+    ours = digit_criterion_loss("ntl_number", digits, places, reduction="none", ntl_float_level=True)
+    errors = oracle_number_errors(logits, labels, VOCAB, float_level=True)
+    assert len(errors) == len(digit_runs(labels, VOCAB, float_level=True)) == 9  # 1 23450 ⁷8 314159 | 123 75 9 8 00625
+    # what the trainer counts for the normalisation (get_batch_samples), from the places alone
+    units = CRITERIA["ntl_number"].units(places, places != NOT_A_DIGIT, ntl_float_level=True)
+    assert units.sum() == 9 and CRITERIA["ntl_number"].units(places, places != NOT_A_DIGIT).sum() == 14
+    expected = torch.zeros(labels.shape, dtype=torch.float64)
+    for key, error in errors.items():
+        expected[key] = error
+    torch.testing.assert_close(ours, expected, rtol=1e-9, atol=0)
+    mean = digit_criterion_loss("ntl_number", digits, places, ntl_float_level=True)
+    (grad,) = torch.autograd.grad(mean, logits)
+    (their_grad,) = torch.autograd.grad(sum(errors.values()) / len(errors), logits)
+    assert mean.item() == pytest.approx(expected.sum().item() / 9, rel=1e-9)
+    torch.testing.assert_close(grad, their_grad, rtol=1e-9, atol=1e-15)
+
+
 # ---------------------------------------------------------------------------------------------- del_centered
 def _one_target_gradient(criterion: str, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """d(term)/dz of one criterion's unweighted term at rows of ten digit logits ``z`` with target digits ``y``."""

@@ -14,7 +14,8 @@ places). With ``float_level`` (``ntloss``'s ``float_level=True``) a decimal part
 it: 12.34 is one number, its digits read as the integer 1234 (``eps`` at its lowest place, 10^-2 here: the relative
 error of 12.34 is that of 1234), and so is 1.2.3 (123), as ``ntloss`` reads them. One difference: the places do not
 tell ``ntloss``'s '.' token from a point merged with punctuation ('*.' in "18*.5", '▁.' in "3 .5"), so such a
-point between two digits joins them here too. The term is put at the number's first digit (0 elsewhere) and
+point between two digits joins them here too (and so does a packed sample's leading '.5' the digit ending the
+sample before it). The term is put at the number's first digit (0 elsewhere) and
 averaged over numbers, not digits (:func:`number_starts` marks them). Everything is vectorised over the batch: no
 Python loop over numbers, no host synchronisation.
 """

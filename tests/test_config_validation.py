@@ -268,3 +268,19 @@ def test_every_refusal_of_the_plugins_keys_is_reported_at_once(base):
 def test_a_single_refusal_reads_as_before(base):
     message = refused(base(del_eval_limit=0, del_eval_benchmarks=["gsm8k"]))
     assert "del_plugin.DELPlugin: `del_eval_limit` must be a whole number >= 1, got 0." in message
+
+
+def test_ntl_float_level_is_a_switch_of_ntl_number_only(base):
+    """``del_ntl_float_level``: false by default, true accepted with ``ntl_number`` (and read into its settings),
+    refused beside another criterion and when it is no boolean, naming the key, before the model loads."""
+    from del_plugin.hf.settings import DELSettings
+
+    assert load_config(base(del_criterion="ntl_number")).del_ntl_float_level is False
+    cfg = load_config(base(del_criterion="ntl_number", del_ntl_float_level=True))
+    assert cfg.del_ntl_float_level is True
+    assert dict(DELSettings.from_config(cfg).params) == {"ntl_float_level": True}
+    message = refused(base(del_criterion="del", del_ntl_float_level=True))
+    assert "`del_ntl_float_level` applies only to `del_criterion: ntl_number`, not `del`" in message
+    assert "`del_ntl_float_level` must be true or false, got 'yes'" in refused(
+        base(del_criterion="ntl_number", del_ntl_float_level="yes")
+    )

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from del_plugin.core import CRITERIA, PlaceWeighting, digit_criterion_loss, digit_targets_from_logits, number_places
@@ -377,6 +377,32 @@ def test_digit_criteria_match_slow_oracle(criterion):
     assert mean.item() == pytest.approx(0.5 * expected.sum().item() / units, rel=1e-5)
 
 
+def test_ntl_number_float_level_matches_slow_oracle():
+    """``del_ntl_float_level`` on the single-digit test vocabulary with space-marked digits (which ntloss does not
+    read): each term and the mean over numbers equal the oracle's, which joins a run across one '.' before a digit."""
+    torch.manual_seed(3)
+    labels = torch.stack([encode("pay 1,234.50 for ⁷8 items. 3.14159 "), encode("1.2.3 and .75 or 9 - x ..8 y 0.0625")])
+    labels[0, :4] = -100
+    logits = (torch.randn(*labels.shape, V, dtype=torch.float64) * 3).requires_grad_()
+    places = number_places(labels, VOCAB)
+    digits = digit_targets_from_logits(logits, labels, VOCAB)
+    ours = digit_criterion_loss("ntl_number", digits, places, reduction="none", ntl_float_level=True)
+    errors = oracle_number_errors(logits, labels, VOCAB, float_level=True)
+    assert len(errors) == len(digit_runs(labels, VOCAB, float_level=True)) == 9  # 1 23450 ⁷8 314159 | 123 75 9 8 00625
+    # what the trainer counts for the normalisation (get_batch_samples), from the places alone
+    units = CRITERIA["ntl_number"].units(places, places != NOT_A_DIGIT, ntl_float_level=True)
+    assert units.sum() == 9 and CRITERIA["ntl_number"].units(places, places != NOT_A_DIGIT).sum() == 14
+    expected = torch.zeros(labels.shape, dtype=torch.float64)
+    for key, error in errors.items():
+        expected[key] = error
+    torch.testing.assert_close(ours, expected, rtol=1e-9, atol=0)
+    mean = digit_criterion_loss("ntl_number", digits, places, ntl_float_level=True)
+    (grad,) = torch.autograd.grad(mean, logits)
+    (their_grad,) = torch.autograd.grad(sum(errors.values()) / len(errors), logits)
+    assert mean.item() == pytest.approx(expected.sum().item() / 9, rel=1e-9)
+    torch.testing.assert_close(grad, their_grad, rtol=1e-9, atol=1e-15)
+
+
 # ---------------------------------------------------------------------------------------------- del_centered
 def _one_target_gradient(criterion: str, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """d(term)/dz of one criterion's unweighted term at rows of ten digit logits ``z`` with target digits ``y``."""
@@ -489,7 +515,7 @@ def test_ntl_matches_ntloss_package(llama_ntl, criterion):
     assert torch.allclose(ours32, theirs.float(), atol=1e-5, rtol=1e-5)
 
 
-# The number-level criterion against ntloss.NumberLevelLoss (float_level=False, reweigh=False; ``reweigh`` is not
+# The number-level criterion against ntloss.NumberLevelLoss (reweigh=False, either float_level; ``reweigh`` is not
 # offered: docs/criteria.md). Llama-2's tokenizer gives bare single digits, which is what ntloss reads.
 NUMBER_TEXTS = (
     "7 apples cost -12.5 dollars, 0.075 of 1,040 or 1.2.3 and .5 for 1000",  # starts with a number
@@ -498,10 +524,10 @@ NUMBER_TEXTS = (
 )
 
 
-def number_level_loss(tokenizer):
+def number_level_loss(tokenizer, float_level=False):
     from ntloss import NumberLevelLoss
 
-    return NumberLevelLoss(tokenizer, float_level=False, reweigh=False)
+    return NumberLevelLoss(tokenizer, float_level=float_level, reweigh=False)
 
 
 def padded_rows(rows: list[list[int]]) -> torch.Tensor:
@@ -511,16 +537,17 @@ def padded_rows(rows: list[list[int]]) -> torch.Tensor:
 
 def ntl_number_against_ntloss(package, vocab, labels, logits, places=None, theirs_of=None):
     """(ours, theirs) as (per-position terms, mean, gradient of the mean w.r.t. ``logits``): ours on ``labels``
-    (``places`` defaults to their number places), theirs from ntloss on ``theirs_of(logits)`` (default: the same
-    batch)."""
+    (``places`` defaults to their number places; ``del_ntl_float_level`` as the package's ``float_level``), theirs
+    from ntloss on ``theirs_of(logits)`` (default: the same batch)."""
+    float_level = {"ntl_float_level": package.float_level}
     places = number_places(labels, vocab) if places is None else places
     results = []
     for side in ("ours", "theirs"):
         leaf = logits.detach().clone().requires_grad_()
         if side == "ours":
             digits = digit_targets_from_logits(leaf, labels, vocab)
-            terms = digit_criterion_terms("ntl_number", digits, places)
-            mean = digit_criterion_loss("ntl_number", digits, places)
+            terms = digit_criterion_terms("ntl_number", digits, places, **float_level)
+            mean = digit_criterion_loss("ntl_number", digits, places, **float_level)
         else:
             their_logits, their_labels = theirs_of(leaf) if theirs_of else (leaf, labels)
             terms = package(their_logits, their_labels, reduction="none")
@@ -541,16 +568,19 @@ def assert_same_number_loss(ours, theirs, ours_terms=None):
         torch.testing.assert_close(grad, their_grad, atol=1e-5, rtol=0)
 
 
-def test_ntl_number_matches_ntloss_number_level_loss(llama_ntl):
+@pytest.mark.parametrize("float_level, numbers", [(False, 19), (True, 14)])
+def test_ntl_number_matches_ntloss_number_level_loss(llama_ntl, float_level, numbers):
+    """Decimals (-12.5, 0.075, 1.2.3, .5, a trailing '.'), numbers at a row's start and end, a masked prompt: with
+    ``del_ntl_float_level`` 12.5 is one number (read as 125) and so is 1.2.3 (123), as ntloss reads them."""
     tokenizer, vocab = llama_ntl
-    package = number_level_loss(tokenizer)
+    package = number_level_loss(tokenizer, float_level)
     rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in NUMBER_TEXTS]
     labels = padded_rows(rows)
     labels[1, :2] = -100  # a masked prompt
     torch.manual_seed(21)
     logits = torch.randn(*labels.shape, len(tokenizer), dtype=torch.float64) * 3
     ours, theirs = ntl_number_against_ntloss(package, vocab, labels, logits)
-    assert (theirs[0] != 0).sum() == 19 and ours[0][0, 0] > 0 and ours[0][1, len(rows[1]) - 2] > 0
+    assert (theirs[0] != 0).sum() == numbers and ours[0][0, 0] > 0 and ours[0][1, len(rows[1]) - 2] > 0
     assert_same_number_loss(ours, theirs)
     # float32, as training runs it
     ours32, theirs32 = ntl_number_against_ntloss(package, vocab, labels, logits.float())
@@ -617,21 +647,52 @@ def test_ntl_number_keeps_long_numbers_exact_where_ntloss_caps_them(llama_ntl):
 NUMBER_ALPHABET = "0123456789" * 3 + ".-, ax"
 
 
+def leading_point_between_digits(labels: torch.Tensor, vocab) -> bool:
+    """Whether a point merged with punctuation ('▁.', '*.') sits between two digit labels: read at float level,
+    the documented difference from ntloss (:func:`test_ntl_number_float_level_joins_across_leading_points`)."""
+    digit = torch.isin(labels, torch.tensor(vocab.family_token_ids).flatten())
+    point = torch.isin(labels, torch.tensor(vocab.leading_point_ids))
+    return bool((digit[:, :-2] & point[:, 1:-1] & digit[:, 2:]).any())
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     st.lists(st.text(NUMBER_ALPHABET, min_size=1, max_size=24), min_size=1, max_size=3),
     st.integers(0, 3),
     st.integers(0, 2**16),
+    st.booleans(),
 )
-def test_ntl_number_matches_ntloss_on_random_text(llama_ntl, texts, masked, seed):
+def test_ntl_number_matches_ntloss_on_random_text(llama_ntl, texts, masked, seed, float_level):
     tokenizer, vocab = llama_ntl
     rows = [tokenizer(t, add_special_tokens=False)["input_ids"] or [tokenizer.eos_token_id] for t in texts]
     labels = padded_rows(rows)
     labels[0, :masked] = -100
+    assume(not (float_level and leading_point_between_digits(labels, vocab)))
     generator = torch.Generator().manual_seed(seed)
     logits = torch.randn(*labels.shape, len(tokenizer), dtype=torch.float64, generator=generator)
-    ours, theirs = ntl_number_against_ntloss(number_level_loss(tokenizer), vocab, labels, logits * 3)
+    ours, theirs = ntl_number_against_ntloss(number_level_loss(tokenizer, float_level), vocab, labels, logits * 3)
     assert_same_number_loss(ours, theirs)
+
+
+def test_ntl_number_float_level_joins_across_leading_points(llama_ntl):
+    """The stated difference: the places do not tell a bare '.' from a point merged with punctuation ('▁.' in
+    "3 .5", '*.' in "18*.5"), so at float level a decimal part one such point after a digit joins it, where ntloss
+    joins across its '.' token only. Ours on "18*.5" and "3 .5" equals ntloss on "18.5" and "3.5"."""
+    tokenizer, vocab = llama_ntl
+    ours_rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("18*.5 x", "3 .5 x")]
+    their_rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("18.5 x", "3.5 x")]
+    assert [len(r) for r in ours_rows] == [len(r) for r in their_rows]
+    labels, their_labels = padded_rows(ours_rows), padded_rows(their_rows)
+    assert leading_point_between_digits(labels, vocab) and not leading_point_between_digits(their_labels, vocab)
+    torch.manual_seed(24)
+    logits = torch.randn(*labels.shape, len(tokenizer), dtype=torch.float64) * 3
+    package = number_level_loss(tokenizer, float_level=True)
+    ours, theirs = ntl_number_against_ntloss(
+        package, vocab, labels, logits, theirs_of=lambda leaf: (leaf, their_labels)
+    )
+    assert (ours[0] != 0).sum() == 2
+    assert_same_number_loss(ours, theirs)
+    assert (package(logits, labels, reduction="none") != 0).sum() == 4  # ntloss: 18 and 5, 3 and 5
 
 
 # ---------------------------------------------------------------------------------------------- robustness

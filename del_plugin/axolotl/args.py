@@ -149,7 +149,7 @@ def _refusal_error(title: str, refusals: list[str], err: ValidationError | None)
 
 def _read_as_strings(data: dict) -> dict[str, str]:
     """The number keys whose value YAML read as a string in exponent form (``del_alpha: 3e-2``)."""
-    keys = ("del_alpha", "del_integer_slope", "del_decimal_base", *CriterionParamArgs.model_fields)
+    keys = ("del_alpha", "del_integer_slope", "del_decimal_base", *_NUMBER_PARAMS)
     return {
         key: value for key in keys if isinstance(value := data.get(key), str) and _EXPONENT.fullmatch(value.strip())
     }
@@ -166,16 +166,21 @@ def _plugin_line_missing(data: dict) -> list[str]:
 
 CriterionParamArgs = create_model(
     "CriterionParamArgs",
-    __doc__="One optional float field per criterion parameter of the registry (its config key, default and doc).",
+    __doc__="One optional field per criterion parameter of the registry (its config key, default and doc): a float, "
+    "or a bool for a switch.",
     **{
         param.key: (
-            float | None,
-            _finite(f"{param.doc}; default {param.default}; del_criterion: {spec.name} only."),
+            (bool | None, Field(default=None, json_schema_extra={"description": description}))
+            if param.is_switch
+            else (float | None, _finite(description))
         )
         for spec in CRITERIA.values()
         for param in spec.params
+        for description in (f"{param.doc}; {param.allowed}; del_criterion: {spec.name} only.",)
     },
 )
+# the criterion parameters that are numbers (the others are switches, true or false)
+_NUMBER_PARAMS = tuple(param.key for spec in CRITERIA.values() for param in spec.params if not param.is_switch)
 
 # What an unset key means once the plugin is listed (DELSettings reads the same defaults); the fields themselves
 # default to None, so that a config without the plugin carries no del_ key (Axolotl dumps the validated config
@@ -287,9 +292,7 @@ class DELArgs(CriterionParamArgs):
             _refuse(f"del_criterion: {err}")
         return value
 
-    @field_validator(
-        "del_alpha", "del_integer_slope", "del_decimal_base", *CriterionParamArgs.model_fields, mode="before"
-    )
+    @field_validator("del_alpha", "del_integer_slope", "del_decimal_base", *_NUMBER_PARAMS, mode="before")
     @classmethod
     def refuse_booleans_as_numbers(cls, value: Any, info) -> Any:
         """YAML's ``true`` would otherwise pass as the number 1."""
@@ -355,7 +358,9 @@ class DELArgs(CriterionParamArgs):
             return
         for spec in CRITERIA.values():
             for param in spec.params:
-                if data.get(param.key) is not None and spec.name != criterion:
+                # (a switch of another criterion turned on is refused: DELSettings.from_config)
+                refused = param.is_switch and data.get(param.key) not in (None, param.default)
+                if data.get(param.key) is not None and spec.name != criterion and not refused:
                     LOG.warning(
                         "del_plugin: `%s` only applies to `del_criterion: %s`; it is not used with `%s`",
                         param.key,

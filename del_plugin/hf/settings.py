@@ -41,7 +41,7 @@ class DELSettings:
     criterion: str = "del"
     alpha: float | None = None
     weighting: PlaceWeighting = PlaceWeighting()
-    params: Mapping[str, float] = field(default_factory=dict)
+    params: Mapping[str, float | bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         spec = criterion_spec(self.criterion)
@@ -86,6 +86,15 @@ class DELSettings:
             for name, bound in PLACE_WEIGHT_BOUNDS.items()
         }
         weighting = PlaceWeighting(enabled=enabled, **numbers)
+        for other in CRITERIA.values():
+            for param in other.params:
+                # a switch turned on changes what its criterion is; beside another criterion it is a mistake, not
+                # a key without use (those are warned of: args.py; and a validated config holds every default)
+                if param.is_switch and other is not spec and get(param.key, param.default) != param.default:
+                    raise ValueError(
+                        f"`{param.key}` applies only to `del_criterion: {other.name}`, not `{criterion}`; remove it "
+                        f"or set `del_criterion: {other.name}`"
+                    )
         params = {p.name: get(p.key, p.default) for p in spec.params}
         return cls(criterion=criterion, alpha=get("del_alpha", None), weighting=weighting, params=params)
 
@@ -102,7 +111,7 @@ def criteria_table() -> str:
     shows it; a test keeps the two equal)."""
     rows = ["| `del_criterion` | loss | `del_alpha` | own keys |", "|---|---|---|---|"]
     for spec in CRITERIA.values():
-        keys = [f"`{p.key}` (in {p.bound.interval}, default {p.default:g})" for p in spec.params]
+        keys = [f"`{p.key}` ({p.allowed})" for p in spec.params]
         keys += [f"`{k}`" for k in spec.place_keys]
         rows.append(f"| `{spec.name}` | {spec.formula} | {_ALPHA_MEANING[spec.kind]} | {', '.join(keys)} |")
     return "\n".join(rows) + "\n"

@@ -196,7 +196,8 @@ class DELTrainerMixin:
             for batch in batch_samples:
                 if TARGET_PLACES_KEY in batch:
                     places = batch[TARGET_PLACES_KEY]
-                    digits = digits + spec.units(places, places != NOT_A_DIGIT).sum().to(device)
+                    units = spec.units(places, places != NOT_A_DIGIT, **self.del_settings.params)
+                    digits = digits + units.sum().to(device)
             if self.args.world_size > 1:
                 digits = self.accelerator.gather(digits.reshape(1)).sum()
             self.del_metrics.start_step(digits)

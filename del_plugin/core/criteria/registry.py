@@ -70,23 +70,40 @@ def reduce_token_losses(
 # ---------------------------------------------------------------------------------------------- the registry
 @dataclass(frozen=True)
 class Param:
-    """A criterion's own parameter: config key ``key`` (``del_<name>``), a finite float within ``bound``; the
-    criterion's ``terms`` receive it as ``name``."""
+    """A criterion's own parameter: config key ``key`` (``del_<name>``), a finite float within ``bound``, or a
+    switch (``bound=None``: true or false, its default a bool); the criterion's ``terms`` receive it as ``name``."""
 
     key: str
-    default: float
-    bound: Bound
+    default: float | bool
+    bound: Bound | None
     doc: str
 
     def __post_init__(self) -> None:
         if not self.key.startswith("del_"):
             raise ValueError(f"a criterion parameter's config key starts with 'del_', got {self.key!r}")
+        if (self.bound is None) != isinstance(self.default, bool):
+            raise ValueError(f"{self.key}: a switch, and only a switch, has a bool default and no bound")
 
     @property
     def name(self) -> str:
         return self.key.removeprefix("del_")
 
-    def check(self, value: Any) -> float:
+    @property
+    def is_switch(self) -> bool:
+        return self.bound is None
+
+    @property
+    def allowed(self) -> str:
+        """What the docs say of its values: the interval and default, or true / false and the default."""
+        if self.is_switch:
+            return f"true or false, default {str(self.default).lower()}"
+        return f"in {self.bound.interval}, default {self.default:g}"
+
+    def check(self, value: Any) -> float | bool:
+        if self.is_switch:
+            if not isinstance(value, bool):
+                raise ValueError(f"`{self.key}` must be true or false, got {value!r}")
+            return value
         return self.bound.check(self.key, value)
 
 
@@ -105,7 +122,8 @@ class CriterionSpec:
     (:attr:`needs_full_logits`): fused cross-entropy kernels, which never build them, are refused beside it.
     ``unit`` is what a digit criterion is averaged over: digit targets, or numbers (its term then sits at each
     number's first digit, :meth:`units`); a number-level criterion's ``terms_and_units`` gives its terms and where
-    its numbers start from one reading of the numbers.
+    its numbers start from one reading of the numbers, and its ``starts(places, mask, **params)`` where they start
+    alone.
     """
 
     name: str
@@ -117,22 +135,26 @@ class CriterionSpec:
     prepare: Callable[[Any], dict] | None = None
     unit: Literal["digit", "number"] = "digit"
     terms_and_units: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+    starts: Callable[..., torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
-        if (self.unit == "number") != (self.terms_and_units is not None):
-            raise ValueError(f"criterion {self.name!r}: a number-level criterion, and only one, has terms_and_units")
+        if not (self.unit == "number") == (self.terms_and_units is not None) == (self.starts is not None):
+            raise ValueError(
+                f"criterion {self.name!r}: a number-level criterion, and only one, has terms_and_units and starts"
+            )
 
-    def units(self, places: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def units(self, places: torch.Tensor, mask: torch.Tensor, **params: float | bool) -> torch.Tensor:
         """Where the units that a digit criterion's term is averaged over are: its digit targets (``mask``), or
-        for a number-level criterion (``unit="number"``) the first digit of each number in ``places``."""
-        return number_starts(places, mask) if self.unit == "number" else mask
+        for a number-level criterion (``unit="number"``) the first digit of each number in ``places``, as its
+        ``params`` (checked, defaults filled in) read the numbers."""
+        return self.starts(places, mask, **self.check_params(params)) if self.unit == "number" else mask
 
     @property
     def needs_full_logits(self) -> bool:
         """Whether the criterion computes its loss from the full ``[..., V]`` logits (it replaces cross-entropy)."""
         return self.kind == "token"
 
-    def check_params(self, params: dict) -> dict[str, float]:
+    def check_params(self, params: dict) -> dict[str, float | bool]:
         """Every parameter of this criterion, checked, with defaults filled in."""
         own = {p.name: p for p in self.params}
         unknown = sorted(set(params) - set(own))
@@ -160,12 +182,16 @@ def _dist2_terms(digits, places, weighting, dist2_tau):
     return dist2_token_losses(digits, dist2_place_weights(places, weighting.enabled), dist2_tau)
 
 
-def _ntl_number_terms_and_units(digits, places, weighting):
-    return ntl_number_terms_and_starts(digits, places)
+def _ntl_number_terms_and_units(digits, places, weighting, ntl_float_level):
+    return ntl_number_terms_and_starts(digits, places, ntl_float_level)
 
 
-def _ntl_number_terms(digits, places, weighting):
-    return ntl_number_terms_and_starts(digits, places)[0]
+def _ntl_number_terms(digits, places, weighting, ntl_float_level):
+    return ntl_number_terms_and_starts(digits, places, ntl_float_level)[0]
+
+
+def _ntl_number_starts(places, mask, ntl_float_level):
+    return number_starts(places, mask, ntl_float_level)
 
 
 def _emo_terms(logits, labels, *, alpha, ignore_index, cost_embedding=None):
@@ -265,8 +291,18 @@ CRITERIA: dict[str, CriterionSpec] = {
             "`CE + alpha * mean_numbers abs(y_hat - y) / (abs(y_hat) + abs(y) + eps)`, "
             "`y_hat = sum_digits 10^i sum_k p_hat_k k`",
             _ntl_number_terms,
+            params=(
+                Param(
+                    "del_ntl_float_level",
+                    False,
+                    None,
+                    "ntloss's float_level: a decimal part one '.' after a digit is in that digit's number (12.34 is "
+                    "one number, read as 1234) instead of a number of its own (12 and 34)",
+                ),
+            ),
             unit="number",
             terms_and_units=_ntl_number_terms_and_units,
+            starts=_ntl_number_starts,
         ),
     )
 }
@@ -368,13 +404,14 @@ def digit_criterion_loss(
     alpha: float = 1.0,
     reduction: Reduction = "mean",
     weighting: PlaceWeighting = PlaceWeighting(),
-    **params: float,
+    **params: float | bool,
 ) -> torch.Tensor:
     """``alpha`` times a digit criterion on :class:`DigitTargets` (from logits, hidden states or a capture) and
     the aligned ``places``: the mean over digit targets (over numbers for a number-level criterion; 0 when there
     is none), the sum, or per position."""
     per_token = digit_criterion_terms(criterion, digits, places, weighting=weighting, **params)
-    return reduce_token_losses(per_token, criterion_spec(criterion).units(places, digits.mask), reduction, alpha)
+    units = criterion_spec(criterion).units(places, digits.mask, **params)
+    return reduce_token_losses(per_token, units, reduction, alpha)
 
 
 def digit_entropy_loss(

@@ -13,7 +13,9 @@ export OMP_WAIT_POLICY := PASSIVE
 # The suite runs in TEST_WORKERS pytest-xdist processes, a test file to each (module fixtures are shared Axolotl runs),
 # with one torch thread each: on two cores that took 12 min instead of 16 (CONTRIBUTING.md). Memory: ~4 GB a worker.
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+# Files go to the workers longest first (tests/conftest.py: LONGEST_FILES_FIRST), not by their count of tests,
+# pytest-xdist's default, which left a long file of few tests running alone at the end.
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: setup assets lint test test-fast test-hosts-latest demo bench gpu-check clean
 
@@ -34,7 +36,7 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff format --check .
 
 test: setup lint
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_PARALLEL)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=20
 	$(MAKE) --no-print-directory test-hosts-latest
 
 # The newest-hosts lane (CONTRIBUTING.md): the host tests on the newest transformers, TRL, accelerate and peft, with

@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM := false
 # idle torch threads sleep instead of spinning: on a shared or small machine spinning costs more than it saves
 export OMP_WAIT_POLICY := PASSIVE
 # The suite runs in TEST_WORKERS pytest-xdist processes, a test file to each (module fixtures are shared Axolotl runs),
-# with one torch thread each: on two cores that took 12 min instead of 16 (CONTRIBUTING.md). Memory: ~4 GB a worker.
+# with one torch thread each: faster than one process on two cores (CONTRIBUTING.md has the times). Memory: ~4 GB a worker.
 TEST_WORKERS ?= 2
 # Files go to the workers longest first (tests/conftest.py: LONGEST_FILES_FIRST), not by their count of tests,
 # pytest-xdist's default, which left a long file of few tests running alone at the end.

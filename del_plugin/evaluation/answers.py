@@ -128,11 +128,8 @@ def extract_answer(text: str) -> ExtractedNumber | None:
     if not isinstance(text, str):
         raise TypeError(f"extract_answer needs a str, got {type(text).__name__}")
     tail, marked = after_last_marker(text, GSM8K_MARKERS)
-    tail = _normalise(tail)
-    match = _NUMBER.search(tail) if marked else last_match(_NUMBER, tail, _OUTSIDE_NUMBERS)
-    if match is None or match.end() - match.start() > MAX_ANSWER_CHARS:
-        return None
-    return ExtractedNumber(_value(match), match.group(0), "marker" if marked else "last")
+    found = find_number(tail, last=not marked)
+    return None if found is None else ExtractedNumber(*found, "marker" if marked else "last")
 
 
 def _round_half_away(value: Decimal) -> Decimal:

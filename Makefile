@@ -27,7 +27,7 @@ $(VENV)/.installed: setup.cfg requirements.lock
 	touch $@
 
 assets: $(VENV)/.installed
-	$(PY) -m del_plugin.tooling.assets tokenizers tiny tiny-qwen3 tiny-gemma3 smollm2 deepspeed-configs
+	$(PY) -m tools.assets tokenizers tiny tiny-qwen3 tiny-gemma3 smollm2 deepspeed-configs
 
 setup: assets
 
@@ -45,11 +45,11 @@ test: setup lint
 # and everything else). tests/conftest.py refuses to run the lane on other versions and makes Axolotl unimportable;
 # the tests that need it carry the `axolotl` marker.
 LATEST := .venv-latest
-HOSTS_LATEST_TESTS := tests/test_loss.py tests/test_places.py tests/test_criteria.py tests/test_multi_digit.py \
-	tests/test_digit_logit_levels.py tests/test_hidden.py tests/test_number_capture.py tests/test_head_rows.py \
-	tests/test_architectures.py tests/test_real_tokenizers.py tests/test_liger_real.py \
-	tests/test_normalisation.py tests/test_plain_hf_trainer.py tests/test_trl_sft.py tests/test_trl_sft_smollm2.py \
-	tests/test_hosts_doc.py tests/test_benchmarks.py tests/test_evaluation.py
+HOSTS_LATEST_TESTS := tests/core/test_loss.py tests/core/test_places.py tests/core/test_criteria.py tests/core/test_multi_digit.py \
+	tests/experiments/test_digit_logit_levels.py tests/core/test_hidden.py tests/core/test_number_capture.py tests/core/test_head_rows.py \
+	tests/core/test_architectures.py tests/core/test_real_tokenizers.py tests/hf/test_liger_real.py \
+	tests/hf/test_normalisation.py tests/hf/test_plain_hf_trainer.py tests/hf/test_trl_sft.py tests/hf/test_trl_sft_smollm2.py \
+	tests/hf/test_hosts_doc.py tests/evaluation/test_benchmarks.py tests/evaluation/test_evaluation.py
 $(LATEST)/.installed: requirements-latest.lock $(VENV)/.installed
 	rm -rf $(LATEST)
 	$(PY) -m pip install --quiet --no-deps --target $(LATEST) -r requirements-latest.lock
@@ -67,7 +67,7 @@ clean:
 
 # e.g. make demo DEMO_ARGS="--publish docs/demo"
 demo: setup
-	$(PY) -m del_plugin.demo $(DEMO_ARGS)
+	$(PY) -m experiments $(DEMO_ARGS)
 
 bench: setup
 	$(PY) bench/run_all.py

@@ -1,7 +1,7 @@
 """Collation benchmark: Axolotl's host collators alone and wrapped by NumberSpanCollator, on GSM8K.
 
 GSM8K train problems (vendored in ``del_plugin/evaluation/data/gsm8k/``, read by
-``del_plugin.tooling.assets.gsm8k_rows``) are tokenised with a real tokenizer (Llama-2's SentencePiece,
+``tools.assets.gsm8k_rows``) are tokenised with a real tokenizer (Llama-2's SentencePiece,
 ``llama-spm``) in the Alpaca format Axolotl's ``type: alpaca`` uses, the prompt masked with -100 in the labels.
 Two collators, as Axolotl configures them:
 
@@ -127,8 +127,9 @@ def micro_batch_parts(tokenizer_name: str, rows: int, seq_len: int, batches: int
 
     from del_plugin.core import DigitVocab, next_token_places, shift_to_next_token
     from del_plugin.core.digits import number_target_positions
+    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from del_plugin.hf.collator import NumberSpanCollator
-    from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
+    from tools.assets import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_name)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=tokenizer_name)
@@ -183,8 +184,9 @@ def run(args) -> dict:
 
     from del_plugin.core import DigitVocab, number_places
     from del_plugin.core.places import NOT_A_DIGIT
+    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from del_plugin.hf.collator import NumberSpanCollator
-    from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
+    from tools.assets import load_tokenizer
 
     torch.set_num_threads(1)
     if args.parts_only:

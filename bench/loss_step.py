@@ -114,7 +114,7 @@ def gsm8k_labels(tokenizer, batch: int, length: int) -> torch.Tensor:
     is the data's, whatever the tokenizer."""
     import collation
 
-    from del_plugin.tooling.assets import gsm8k_rows
+    from del_plugin.evaluation.gsm8k import gsm8k_rows
 
     need = batch * length
     wanted = max(16, need // 100)
@@ -403,7 +403,7 @@ def estimated_need_bytes(tokens: int, vocab_size: int, hidden: int, element_size
 def run(args) -> dict:
     """Every shape of ``args.shapes`` in this process."""
     from del_plugin.core import DigitVocab
-    from del_plugin.tooling.assets import load_tokenizer
+    from tools.assets import load_tokenizer
 
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)

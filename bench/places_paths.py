@@ -5,7 +5,7 @@ first, untimed by this script's totals, then one of the implementations computes
 labels (the implementation rotating from batch to batch), timed in process CPU time:
 
 * ``torch, previous``: the implementation before the NumPy path, kept as the tests' oracle
-  (``tests/places_oracle.py``): ~65 torch operations (cumulative sums, scatters);
+  (``tests/helpers/places_oracle.py``): ~65 torch operations (cumulative sums, scatters);
 * ``torch, one pass``: ``del_plugin.core.places._places_torch``, the path of tensors on other devices, here on the
   CPU: classes, a running maximum and a backward running minimum (~30 torch operations);
 * ``numpy``: ``next_token_places`` itself, the path of CPU tensors (~20 NumPy operations).
@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from del_plugin.core import DigitVocab, next_token_places, shift_to_next_token
     from del_plugin.core.places import NOT_A_DIGIT, _places_torch
-    from del_plugin.tooling.assets import gsm8k_rows, load_tokenizer
+    from del_plugin.evaluation.gsm8k import gsm8k_rows
+    from tools.assets import load_tokenizer
 
     from places_oracle import oracle_next_token_places
 

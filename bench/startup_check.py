@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from del_plugin.core import DigitLogitsCapture, DigitVocab, next_token_places, shift_to_next_token
     from del_plugin.core.criteria import digit_criterion_terms
-    from del_plugin.tooling.assets import smollm2_dir
+    from tools.assets import smollm2_dir
 
     torch.manual_seed(0)
     model_dir = smollm2_dir()

@@ -60,8 +60,8 @@ def packed_batch(tokenizer, vocab, rows: int, seq_len: int) -> dict:
     import collation
     from axolotl.utils.collators import V2BatchSamplerDataCollatorForSeq2Seq
 
+    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from del_plugin.hf.collator import NumberSpanCollator
-    from del_plugin.tooling.assets import gsm8k_rows
 
     features = collation.tokenize(gsm8k_rows(max(16, rows * seq_len // 100)), tokenizer, seq_len)
     packs = collation.pack(features, seq_len)[:rows]
@@ -115,7 +115,7 @@ def census_case(tokenizer_name: str, head: str, rows: int, seq_len: int, number_
     from del_plugin.core import DigitVocab
     from del_plugin.core.places import NOT_A_DIGIT
     from del_plugin.hf.collator import NUMBER_POSITIONS_KEY, TARGET_PLACES_KEY
-    from del_plugin.tooling.assets import load_tokenizer, tiny_model_dir
+    from tools.assets import load_tokenizer, tiny_model_dir
 
     tokenizer = load_tokenizer(tokenizer_name)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=tokenizer_name)
@@ -157,7 +157,7 @@ def term_case(tokenizer_name: str, vocab_size: int, tokens: int, hidden: int, ro
     from tqdm import tqdm
 
     from del_plugin.core import DigitVocab
-    from del_plugin.tooling.assets import load_tokenizer
+    from tools.assets import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_name)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=tokenizer_name)

@@ -2,7 +2,7 @@
 
 Both trainers are built once in this process from the same config (the only difference: ``plugins:
 [del_plugin.DELPlugin]`` and ``del_alpha: 0.3``), on GSM8K in the Alpaca format, with a small random Llama that
-uses Llama-2's tokenizer (``del_plugin.tooling.assets.tiny_model_dir``, hidden size 256, 4 layers: big enough that the
+uses Llama-2's tokenizer (``tools.assets.tiny_model_dir``, hidden size 256, 4 layers: big enough that the
 step is not all Python overhead, small enough for a CPU). ``trainer.train()`` is then called on each in turn,
 several rounds, the order rotating; a callback times every optimizer step from the end of the previous one (so
 fetching and collating the batch count) and the first steps of every call (optimizer state, data-loader start)
@@ -24,8 +24,8 @@ os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from del_plugin.tooling.assets import gsm8k_rows  # noqa: E402
-from del_plugin.tooling.cpu import alpaca_lora_config, write_alpaca_jsonl  # noqa: E402
+from del_plugin.evaluation.gsm8k import gsm8k_rows  # noqa: E402
+from tools.cpu import alpaca_lora_config, write_alpaca_jsonl  # noqa: E402
 
 import benchlib  # noqa: E402
 
@@ -85,7 +85,7 @@ class StepTimer:
 def run(args) -> dict:
     import torch
 
-    from del_plugin.tooling.assets import tiny_model_dir
+    from tools.assets import tiny_model_dir
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -30,6 +30,15 @@ class DELTrainer(DELTrainerMixin, Trainer):
     pass
 
 
+def clone_tiny_model():
+    """The default model in a clone of del-plugin: a tiny Llama its tools/ build offline (tests, docs)."""
+    try:
+        from tools.assets import tiny_model_dir
+    except ImportError:
+        raise SystemExit("--model is required: name a model folder (the tiny default exists only in a clone)") from None
+    return tiny_model_dir("llama-spm")
+
+
 def tokenize(tokenizer, question: str, answer: str) -> dict:
     prompt = tokenizer(f"Question: {question}\nAnswer: ")["input_ids"]
     target = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -39,7 +48,7 @@ def tokenize(tokenizer, question: str, answer: str) -> dict:
 def build_trainer(argv: list[str] | None = None, **training_args) -> DELTrainer:
     """The trainer of the command line ``argv``; ``training_args`` override ``TrainingArguments`` fields."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="model folder (default: a tiny local Llama with the Llama-2 tokenizer)")
+    parser.add_argument("--model", help="model folder (default, in a clone: a tiny Llama with the Llama-2 tokenizer)")
     parser.add_argument("--output-dir", default="runs/plain_hf_trainer")
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
@@ -48,9 +57,7 @@ def build_trainer(argv: list[str] | None = None, **training_args) -> DELTrainer:
     parser.add_argument("--grad-accum", type=int, default=1)
     args = parser.parse_args(argv)
     if args.model is None:
-        from del_plugin.tooling.assets import tiny_model_dir
-
-        args.model = str(tiny_model_dir("llama-spm"))
+        args.model = str(clone_tiny_model())
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     arguments = dict(
         output_dir=args.output_dir,

@@ -20,10 +20,19 @@ from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig
 
+from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.hf import DELSettings
 from del_plugin.hf.settings import DEFAULT_ALPHA
 from del_plugin.hf.trl import DELSFTTrainer
-from del_plugin.tooling.assets import gsm8k_rows
+
+
+def clone_tiny_model():
+    """The default model in a clone of del-plugin: a tiny Llama its tools/ build offline (tests, docs)."""
+    try:
+        from tools.assets import tiny_model_dir
+    except ImportError:
+        raise SystemExit("--model is required: name a model folder (the tiny default exists only in a clone)") from None
+    return tiny_model_dir("llama-spm")
 
 
 def gsm8k_dataset(rows: list[dict], conversational: bool = False) -> Dataset:
@@ -45,7 +54,7 @@ def gsm8k_dataset(rows: list[dict], conversational: bool = False) -> Dataset:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="model folder (default: a tiny local Llama with the Llama-2 tokenizer)")
+    parser.add_argument("--model", help="model folder (default, in a clone: a tiny Llama with the Llama-2 tokenizer)")
     parser.add_argument("--output-dir", default="runs/trl_sft")
     parser.add_argument("--max-steps", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
@@ -69,9 +78,7 @@ def build_trainer(
     overrides ``SFTConfig`` fields."""
     args = parse_args(argv)
     if args.model is None:
-        from del_plugin.tooling.assets import tiny_model_dir
-
-        args.model = str(tiny_model_dir("llama-spm"))
+        args.model = str(clone_tiny_model())
     train = rows if rows is not None else gsm8k_rows(args.rows)
     held_out = eval_rows if eval_rows is not None else gsm8k_rows(max(args.rows // 4, 2), split="test")
     sft_config = dict(

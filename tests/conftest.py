@@ -18,7 +18,8 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
+for _room in ("helpers", "core", "hf", "axolotl", "evaluation", "e2e", "experiments", "project"):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), _room))
 
 # The newest-hosts lane (`make test-hosts-latest`, CONTRIBUTING.md): the host tests on the newest transformers, TRL,
 # accelerate and peft (requirements-latest.lock, installed ahead of the project's environment on PYTHONPATH), with no
@@ -26,7 +27,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 # imported, and an import of Axolotl fails there (tests that need Axolotl carry the `axolotl` marker, which the lane
 # deselects; one that does not fails instead of testing the other lane's stack).
 HOSTS_LATEST = os.environ.get("DEL_TEST_LANE") == "hosts-latest"
-LATEST_LOCK = Path(__file__).resolve().parents[1] / "requirements-latest.lock"
+LATEST_LOCK = Path(__file__).resolve().parents[2] / "requirements-latest.lock"
 
 
 class _NoAxolotl(importlib.abc.MetaPathFinder):
@@ -164,10 +165,12 @@ restore_environment_per_module = pytest.fixture(autouse=True, scope="module")(_r
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    """``base(**overrides)``: the tests' small CPU LoRA config with the plugin on (tests/axolotl_helpers.py), on the
+    """``base(**overrides)``: the tests' small CPU LoRA config with the plugin on (tests/helpers/axolotl_helpers.py),
+    on the
     tiny Llama-2-tokenizer model and four GSM8K rows."""
-    from del_plugin.tooling.assets import gsm8k_rows, tiny_model_dir
-    from del_plugin.tooling.cpu import write_alpaca_jsonl
+    from del_plugin.evaluation.gsm8k import gsm8k_rows
+    from tools.assets import tiny_model_dir
+    from tools.cpu import write_alpaca_jsonl
 
     from axolotl_helpers import cpu_config
 

@@ -6,7 +6,7 @@ post-head transform that a few architectures apply in their ``*ForCausalLM.forwa
 (Cohere's ``logit_scale``, Falcon-H1's ``lm_head_multiplier``), a division (Granite's ``logits_scaling``) or
 Gemma's soft cap ``cap * tanh(x / cap)``. Applying ``f`` to the ten digit logits gives the model's ten logits.
 
-:data:`ARCHITECTURES` is the table of model types that ``tests/test_architectures.py`` proves exact (captured digit
+:data:`ARCHITECTURES` is the table of model types that ``tests/core/test_architectures.py`` proves exact (captured digit
 logits against the model's own, LoRA gradients against the logits path); each entry names the function that reads
 its transform from the config. A model type outside the table is accepted only by measurement
 (:meth:`~del_plugin.core.capture.DigitLogitsCapture.check_against_logits`), and refused up front when its config
@@ -116,7 +116,7 @@ _SOFTCAP = dict(transform=final_logit_softcapping, reads=("final_logit_softcappi
 _GRANITE = dict(transform=divided_by_logits_scaling, reads=("logits_scaling",), needed="÷ `logits_scaling`")
 _COHERE = dict(transform=times_logit_scale, reads=("logit_scale",), needed="× `logit_scale`")
 
-# model_type -> Architecture, in the order of the docs table. Every entry is proven by tests/test_architectures.py.
+# model_type -> Architecture, in the order of the docs table. Every entry is proven by tests/core/test_architectures.py.
 ARCHITECTURES: dict[str, Architecture] = {
     "llama": Architecture("Llama-2/3.x, CodeLlama, DeepSeek LLM/Math/Coder, SmolLM2"),
     "mistral": Architecture("Mistral 7B, Mistral-Nemo, Mistral-Small"),

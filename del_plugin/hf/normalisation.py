@@ -13,7 +13,7 @@ The Trainer (transformers 5.20.1 and 5.25.0 alike, ``Trainer.training_step`` and
 * under DDP and FSDP, averages the gradients over the ranks.
 
 Every input is one of those decisions' inputs, read from the trainer at the call site: a change in the Trainer's
-rules shows as a gradient that differs from the hand-worked one in ``tests/test_normalisation.py``.
+rules shows as a gradient that differs from the hand-worked one in ``tests/hf/test_normalisation.py``.
 """
 
 from __future__ import annotations

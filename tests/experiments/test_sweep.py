@@ -1,0 +1,228 @@
+"""The efficacy sweep's bookkeeping and statistics (``python -m experiments sweep``), without training."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+
+from del_plugin.evaluation.stats import holm, mean_ci, sign_test_p
+from experiments.efficacy import (
+    METRICS,
+    aggregate,
+    paired_comparisons,
+    plot_sweep,
+    results_markdown,
+)
+from experiments.sweep import (
+    DEFAULT_SETTINGS,
+    Setting,
+    SweepMismatch,
+    parse_setting,
+    plan,
+    run_state,
+    write_once,
+)
+
+
+def test_mean_ci_by_hand():
+    stats = mean_ci([1.0, 2.0, 3.0])
+    assert stats["mean"] == 2.0 and stats["sd"] == 1.0 and stats["n"] == 3
+    half = 4.3027 / math.sqrt(3)  # t(0.975, 2 df) = 4.30265, from a printed table
+    assert stats["low"] == pytest.approx(2 - half, abs=1e-4) and stats["high"] == pytest.approx(2 + half, abs=1e-4)
+    assert mean_ci([5.0]) == {"n": 1, "mean": 5.0, "sd": None, "low": None, "high": None}
+    assert mean_ci([None, 4.0, None])["mean"] == 4.0
+    assert mean_ci([])["mean"] is None
+
+
+def test_holm_by_hand():
+    # sorted p 0.01, 0.02, 0.04 -> 3 * 0.01, max(0.03, 2 * 0.02), max(0.04, 1 * 0.04); returned in the input order
+    assert holm([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+    assert holm([0.5, 0.9]) == [1.0, 1.0]
+    assert holm([]) == []
+
+
+def test_settings_and_plan():
+    assert parse_setting("del:0.3") == Setting("del", 0.3)
+    assert parse_setting("dist2:1.28").folder == "dist2-a1.28"
+    assert parse_setting("ntl_number:0.3") == Setting("ntl_number", 0.3)  # every digit criterion, number level too
+    assert [parse_setting(s).key for s in DEFAULT_SETTINGS] == list(DEFAULT_SETTINGS)
+    for bad in ("del", "mixce:0.5", "del:-1", "del:x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_setting(bad)
+    a, b = Setting("del", 0.0), Setting("del", 1.0)
+    # seed-major: a stopped sweep has every setting on its first seeds
+    assert plan([a, b], [7, 8]) == [(a, 7), (b, 7), (a, 8), (b, 8)]
+
+
+def _record(run_dir, spec, state):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(json.dumps({"setting": "del:0", "seed": 1, "spec": spec, "state": state}))
+
+
+def test_resume_states(tmp_path):
+    spec = {"criterion": "del", "alpha": 0.0, "seed": 1, "train": {"steps": 100}}
+    run = tmp_path / "del-a0" / "seed1"
+    assert run_state(run, spec) == "new"  # nothing there
+    _record(run, spec, "new")
+    assert run_state(run, spec) == "new"  # planned, or stopped during training
+    _record(run, spec, "trained")
+    assert run_state(run, spec) == "new"  # says trained but the adapter is gone: train again
+    (run / "adapter").mkdir()
+    (run / "adapter" / "adapter_config.json").write_text("{}")
+    assert run_state(run, spec) == "trained"  # evaluate only
+    _record(run, spec, "done")
+    assert run_state(run, spec) == "trained"  # report missing: evaluate again, keep the adapter
+    (run / "eval").mkdir()
+    (run / "eval" / "report.json").write_text("{}")
+    assert run_state(run, spec) == "done"
+    with pytest.raises(SweepMismatch, match=r"train: \{'steps': 100\} -> \{'steps': 300\}"):
+        run_state(run, spec | {"train": {"steps": 300}})
+    base = tmp_path / "base"
+    base_spec = {"criterion": None, "train": None}
+    _record(base, base_spec, "new")
+    assert run_state(base, base_spec) == "new"
+
+
+def test_data_is_written_once(tmp_path):
+    path = tmp_path / "data" / "train.jsonl"
+    path.parent.mkdir()
+
+    def writer(text):
+        return lambda p: p.write_text(text)
+
+    assert write_once(path, writer("a\n")) == path and path.read_text() == "a\n"
+    assert write_once(path, writer("a\n")) == path  # the same problems: fine
+    with pytest.raises(SweepMismatch, match="another --out"):
+        write_once(path, writer("b\n"))
+    assert path.read_text() == "a\n" and sorted(p.name for p in path.parent.iterdir()) == ["train.jsonl"]
+
+
+def _generations(path, correct, abs_error, tf_correct, tf_entropy):
+    with open(path, "w") as handle:
+        for line, (c, e, k, h) in enumerate(zip(correct, abs_error, tf_correct, tf_entropy), 1):
+            handle.write(
+                json.dumps(
+                    {
+                        "dataset": "heldout",
+                        "line": line,
+                        "correct": c,
+                        "abs_error": e,
+                        "prediction": str(10 + e),
+                        "reference": "10",
+                        "tf_digits": 2,
+                        "tf_digits_correct": k,
+                        "tf_entropy_sum": h,
+                    }
+                )
+                + "\n"
+            )
+    return str(path)
+
+
+def _run(setting, seed, accuracy, entropy, generations=None):
+    metrics = {m.key: 0.5 for m in METRICS} | {"accuracy": accuracy, "tf_entropy": entropy}
+    return {
+        "setting": setting,
+        "seed": seed,
+        "metrics": metrics,
+        "generations": generations,
+        "spec": {"criterion": "del", "alpha": float(setting.split(":")[1])},
+        "timing": {"train_s": 60},
+    }
+
+
+def test_aggregate_and_paired_differences():
+    runs = [_run("del:0", s, a, e) for s, a, e in ((1, 0.20, 1.4), (2, 0.22, 1.5), (3, 0.18, 1.3))]
+    runs += [_run("del:1", s, a, e) for s, a, e in ((1, 0.25, 1.2), (2, 0.23, 1.3))]  # seed 3 not finished
+    agg = aggregate(runs)
+    assert list(agg) == ["del:0", "del:1"] and agg["del:1"]["seeds"] == [1, 2]
+    assert agg["del:0"]["stats"]["accuracy"]["mean"] == pytest.approx(0.20)
+    paired = paired_comparisons(runs, "del:0")
+    assert list(paired) == ["del:1"] and paired["del:1"]["seeds"] == [1, 2]
+    acc = paired["del:1"]["metrics"]["accuracy"]
+    assert acc["per_seed"] == pytest.approx([0.05, 0.01])  # only the seeds both have
+    assert acc["diff"]["mean"] == pytest.approx(0.03)
+    half = 12.7062 * statistics_sd([0.05, 0.01]) / math.sqrt(2)
+    assert acc["diff"]["low"] == pytest.approx(0.03 - half)
+    assert "per_problem" not in acc  # no generations given
+
+
+def statistics_sd(values):
+    import statistics
+
+    return statistics.stdev(values)
+
+
+def test_per_problem_counts_pool_over_seeds(tmp_path):
+    # reference and setting on two seeds, four problems each; lower is better for errors and entropy
+    ref = [
+        _generations(
+            tmp_path / f"ref{s}.jsonl", [True, False, False, True], [0, 3, 5, 0], [2, 1, 0, 2], [1.0, 1.0, 1.0, 1.0]
+        )
+        for s in (1, 2)
+    ]
+    new = [
+        _generations(
+            tmp_path / "new1.jsonl", [True, True, False, False], [0, 0, 7, 1], [2, 2, 1, 1], [0.5, 1.0, 0.8, 1.2]
+        ),
+        _generations(
+            tmp_path / "new2.jsonl", [True, True, True, True], [0, 0, 0, 0], [2, 2, 2, 2], [0.5, 0.5, 0.5, 0.5]
+        ),
+    ]
+    runs = [_run("del:0", s, 0.5, 1.0, ref[s - 1]) for s in (1, 2)]
+    runs += [_run("del:0.1", 1, 0.5, 0.875, new[0]), _run("del:0.1", 2, 1.0, 0.5, new[1])]
+    paired = paired_comparisons(runs, "del:0")["del:0.1"]["metrics"]
+    acc = paired["accuracy"]["per_problem"]
+    # seed 1: setting alone right on problem 2, reference alone on 4; seed 2: setting alone right on 2 and 3
+    assert (acc["problems"], acc["better"], acc["worse"], acc["tied"]) == (8, 3, 1, 4)
+    assert acc["p"] == pytest.approx(sign_test_p(3, 1))
+    mae = paired["mae"]["per_problem"]
+    assert (mae["better"], mae["worse"], mae["tied"]) == (3, 2, 3)
+    ent = paired["tf_entropy"]["per_problem"]
+    assert (ent["better"], ent["worse"], ent["tied"]) == (6, 1, 1)
+    tf = paired["tf_digit_accuracy"]["per_problem"]
+    assert (tf["better"], tf["worse"], tf["tied"]) == (4, 1, 3)
+    # Holm over the five tests of the table: never below the raw p
+    assert all(r["per_problem"]["holm_p"] >= r["per_problem"]["p"] for r in paired.values())
+
+
+def test_markdown_and_plot(tmp_path):
+    runs = [
+        _run(setting, s, 0.2 + 0.01 * s, 1.4 - 0.01 * s)
+        for setting in ("del:0", "del:0.3", "ntl_was:0.3")
+        for s in (1, 2, 3)
+    ]
+    for r in runs[-3:]:
+        r["spec"]["criterion"] = "ntl_was"
+    text = results_markdown(runs, "del:0", base={m.key: 0.1 for m in METRICS})
+    assert "| del:0.3 | 3 | 22.0 [" in text and "| base model (no fine-tune) | - | 10.0 |" in text
+    assert "## Paired against del:0, same seeds" in text and "| ntl_was:0.3 | 3 | +0.0 [+0.0, +0.0] |" in text
+    assert text.count("| ntl_was:0.3 |") == 1 + 1 + 3  # per setting, paired, one row per run
+    settings = [
+        {"label": k, "criterion": k.split(":")[0], "alpha": float(k.split(":")[1])}
+        for k in ("del:0", "del:0.3", "ntl_was:0.3")
+    ]
+    path = plot_sweep(runs, settings, "del:0", tmp_path / "plot.png", base=None)
+    assert path.is_file() and path.stat().st_size > 10_000
+
+
+def test_status_lists_the_plan_and_refuses_other_settings(tmp_path, capsys):
+    from experiments.sweep import main
+
+    args = ["--out", str(tmp_path), "--settings", "del:0.1", "--seeds", "1", "2", "--steps", "2", "--eval-size", "3"]
+    assert main(args + ["--status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "new      base model",
+        "new      del:0 seed 1",
+        "new      del:0.1 seed 1",
+        "new      del:0 seed 2",
+        "new      del:0.1 seed 2",
+    ]
+    assert len((tmp_path / "data" / "train.jsonl").read_text().splitlines()) == 8  # steps x micro-batch
+    assert len((tmp_path / "data" / "heldout.jsonl").read_text().splitlines()) == 3
+    with pytest.raises(SystemExit, match="another --out"):
+        main(args[:-2] + ["--eval-size", "4", "--status"])

@@ -74,7 +74,7 @@ def test_without_the_sandbox_the_attacks_succeed_and_a_detached_child_costs_noth
 
 _RUN_IN_EACH = """
 import json, sys
-sys.path.insert(0, sys.argv[1] + '/tests')
+sys.path.insert(0, sys.argv[1] + '/tests/helpers')
 from sandbox_programs import load_program_module
 program, code = load_program_module(sys.argv[1]), sys.stdin.read()
 print(json.dumps({mode: program.run_program(code, sandbox=mode, timeout_s=20).__dict__ for mode in sys.argv[2:]}))
@@ -150,7 +150,7 @@ def run_as_unprivileged_user(sandbox: str, scratch: Path) -> dict:
     bwrap = program_module._bwrap_executable()
     extra = [os.path.dirname(bwrap)] if bwrap and os.path.dirname(bwrap) not in ("/usr/bin", "/bin") else []
     needed = sorted({real for real, _ in program_module._python_binds()} | {str(PROJECT), str(scratch), *extra})
-    driver = [sys.executable, str(PROJECT / "tests" / "sandbox_programs.py"), sandbox, str(planted)]
+    driver = [sys.executable, str(PROJECT / "tests" / "helpers" / "sandbox_programs.py"), sandbox, str(planted)]
     user = ["setpriv", f"--reuid={UNPRIVILEGED}", f"--regid={UNPRIVILEGED}", "--clear-groups"]
     secret = f"{SECRET_VARIABLE}=hf_{uuid.uuid4().hex}"  # in the environment it starts with: in its /proc/<pid>/environ
     path = ":".join(extra + ["/usr/bin", "/bin"])
@@ -264,7 +264,7 @@ def test_without_a_sandbox_program_of_thought_stops_before_any_program_unless_un
 
 _RUN_WITH_ITS_PYTHON = """
 import json, sys
-sys.path.insert(0, sys.argv[1] + '/tests')
+sys.path.insert(0, sys.argv[1] + '/tests/helpers')
 from sandbox_programs import load_program_module
 program, code = load_program_module(sys.argv[1]), sys.stdin.read()
 print(json.dumps({
@@ -335,7 +335,7 @@ def test_bwrap_is_checked_and_run_from_one_absolute_path(tmp_path, monkeypatch):
 
 _RUN_ONE = """
 import sys
-sys.path.insert(0, sys.argv[1] + '/tests')
+sys.path.insert(0, sys.argv[1] + '/tests/helpers')
 from sandbox_programs import load_program_module
 program = load_program_module(sys.argv[1])
 print(program.run_program('import time\\ntime.sleep(120)\\nprint(1)', sandbox='none', timeout_s=120))

@@ -73,4 +73,4 @@ bench: setup
 	$(PY) bench/run_all.py
 
 gpu-check: setup
-	$(PY) scripts/gpu_check.py
+	$(PY) -m bench.gpu_check

@@ -413,10 +413,36 @@ def op_census(fn: Callable[[], object], warmup: bool = True) -> OpCensus:
     excepted, or a kernel of a compiled graph (Inductor's kernel profiling is switched on for the call). With
     ``warmup``, ``fn()`` runs once before, under the same ``TorchFunctionMode`` (not counted)."""
     import torch._inductor.config as inductor_config
-    from torch.overrides import TorchFunctionMode
-    from torch.profiler import ProfilerActivity, profile
 
     host_reads: dict[str, int] = {}
+    reads = host_reads_mode(host_reads)
+    saved = inductor_config.cpp.enable_kernel_profile
+    inductor_config.cpp.enable_kernel_profile = True
+    try:
+        if warmup:
+            # a compiled function guards on the torch-function modes around it: compile it under this one first,
+            # so that the counted call runs what a training step runs, not a recompilation
+            with reads:
+                fn()
+            host_reads.clear()
+        prof = profiled(fn, reads)
+    finally:
+        inductor_config.cpp.enable_kernel_profile = saved
+    by_op, syncs, cpu_only = census_of_events(prof.events())
+    launches = sum(by_op.values())
+    if torch.cuda.is_available():  # the kernels the GPU ran, counted where they ran (memory copies and sets included)
+        from torch.autograd import DeviceType
+
+        kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        if kernels:
+            launches = len(kernels)
+    return OpCensus(launches, by_op, syncs, cpu_only, host_reads)
+
+
+def host_reads_mode(host_reads: dict[str, int]):
+    """A ``TorchFunctionMode`` adding to ``host_reads`` each Python-level read of tensor data (HOST_READS) and each
+    tensor made from host data."""
+    from torch.overrides import TorchFunctionMode
 
     class HostReads(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -426,27 +452,29 @@ def op_census(fn: Callable[[], object], warmup: bool = True) -> OpCensus:
                 host_reads[key] = host_reads.get(key, 0) + 1
             return func(*args, **(kwargs or {}))
 
-    saved = inductor_config.cpp.enable_kernel_profile
-    inductor_config.cpp.enable_kernel_profile = True
-    if warmup:
-        # a compiled function guards on the torch-function modes around it: compile it under this one first,
-        # so that the counted call runs what a training step runs, not a recompilation
-        with HostReads():
-            fn()
-        host_reads.clear()
+    return HostReads()
+
+
+def profiled(fn: Callable[[], object], mode):
+    """``fn()`` once under ``mode`` and the torch profiler (CPU, and CUDA where there is one); the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
     cuda = torch.cuda.is_available()
     prof = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+    with quiet_native_stderr():
+        prof.start()
     try:
-        with quiet_native_stderr():
-            prof.start()
-        try:
-            with HostReads():
-                fn()
-        finally:
-            with quiet_native_stderr():
-                prof.stop()
+        with mode:
+            fn()
     finally:
-        inductor_config.cpp.enable_kernel_profile = saved
+        with quiet_native_stderr():
+            prof.stop()
+    return prof
+
+
+def census_of_events(events) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """(launches per op, host synchronisations named with the ops around them, CPU-only checks) of the
+    profiler's events: see :func:`op_census`."""
     by_op: dict[str, int] = {}
     syncs: dict[str, int] = {}
     cpu_only: dict[str, int] = {}
@@ -472,17 +500,10 @@ def op_census(fn: Callable[[], object], warmup: bool = True) -> OpCensus:
         for child in event.cpu_children:
             visit(child, keep)
 
-    for event in prof.events():
+    for event in events:
         if event.cpu_parent is None:
             visit(event, ())
-    launches = sum(by_op.values())
-    if cuda:  # the kernels the GPU ran, counted where they ran (memory copies and sets included)
-        from torch.autograd import DeviceType
-
-        kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-        if kernels:
-            launches = len(kernels)
-    return OpCensus(launches, by_op, syncs, cpu_only, host_reads)
+    return by_op, syncs, cpu_only
 
 
 # ---------------------------------------------------------------------------------------------------- timing

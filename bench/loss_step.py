@@ -402,9 +402,6 @@ def estimated_need_bytes(tokens: int, vocab_size: int, hidden: int, element_size
 
 def run(args) -> dict:
     """Every shape of ``args.shapes`` in this process."""
-    from del_plugin.core import DigitVocab
-    from tools.assets import load_tokenizer
-
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     if device.type == "cpu" and args.threads:
@@ -427,42 +424,16 @@ def run(args) -> dict:
     bar = tqdm(total=len(args.shapes), desc="loss step", unit="shape", file=sys.stdout, disable=args.quiet)
     for tokens, vocab_size in args.shapes:
         tok_name = args.tokenizer or TOKENIZER_FOR_VOCAB.get(vocab_size, "llama-spm")
-        tokenizer = load_tokenizer(tok_name)
-        vocab = DigitVocab.from_tokenizer(tokenizer, name=tok_name)
-        digit_ids = list(vocab.family_token_ids[0])
-        available = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else benchlib.mem_available_bytes()
-        need = estimated_need_bytes(tokens, vocab_size, args.hidden, torch.empty((), dtype=dtype).element_size())
-        if device.type == "cpu" and available is not None and need > args.max_memory_fraction * available:
-            reason = (
-                f"needs ~{need / 2**30:.0f} GiB (the logits and four float32 buffers of {tokens:,} x "
-                f"{vocab_size:,}, fragmented), "
-                f"{available / 2**30:.0f} GiB of RAM available"
-            )
+        reason = memory_shortfall(args, device, dtype, tokens, vocab_size)
+        if reason:
             results["skipped"].append({"tokens": tokens, "vocab_size": vocab_size, "reason": reason})
             tqdm.write(f"skipping {tokens}x{vocab_size}: {reason}")
             bar.update(1)
             continue
+        case = build_case(args, tok_name, tokens, vocab_size, device, dtype, ce_losses)
         # the naive reference reads single digits only
         extras = (args.extras_all_shapes or (tokens, vocab_size) == smallest) and not args.no_extras
-        extras = extras and vocab.max_digits == 1
-        if args.labels == "gsm8k":
-            labels = gsm8k_labels(tokenizer, tokens // SEQ_LEN, SEQ_LEN)
-        else:
-            words = word_token_ids(tokenizer, digit_ids, vocab.decimal_point_id)
-            labels = synthetic_labels(
-                tokens // SEQ_LEN, SEQ_LEN, digit_ids, vocab.decimal_point_id, words, args.fraction, seed=1
-            )
-        # the model's vocabulary can be smaller than the tokenizer's (Llama-3: 128,256 logits, and the GGUF
-        # tokenizer's 128,257th token '<|endoftext|>'): what must fit are the ids the step reads
-        largest = max(int(labels.max()), max(vocab.number_row_ids))
-        if largest >= vocab_size:
-            raise ValueError(f"{tok_name}: token id {largest} (a label or a digit row) is outside {vocab_size} logits")
-        gen = torch.Generator().manual_seed(0)
-        # logits h . W^T of standard deviation ~2, as in the previous logits benchmark
-        hidden = torch.randn(tokens, args.hidden, generator=gen).to(device, dtype)
-        weight = (torch.randn(vocab_size, args.hidden, generator=gen) * (2 / math.sqrt(args.hidden))).to(device, dtype)
-        case = Case(hidden, weight, labels, vocab, digit_ids, vocab.decimal_point_id, ce_losses)
-        del hidden, weight
+        extras = extras and case.vocab.max_digits == 1
         rounds = args.rounds if (tokens, vocab_size) == smallest else args.rounds_large
         results["cases"].append(bench_case(case, tokens, vocab_size, tok_name, device, rounds, extras, args, bar))
         bar.update(1)
@@ -470,6 +441,46 @@ def run(args) -> dict:
         gc.collect()
     bar.close()
     return results
+
+
+def memory_shortfall(args, device: torch.device, dtype: torch.dtype, tokens: int, vocab_size: int) -> str | None:
+    """Why a CPU shape is not run (its estimated need past --max-memory-fraction of the available RAM), or None."""
+    available = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else benchlib.mem_available_bytes()
+    need = estimated_need_bytes(tokens, vocab_size, args.hidden, torch.empty((), dtype=dtype).element_size())
+    if device.type == "cpu" and available is not None and need > args.max_memory_fraction * available:
+        return (
+            f"needs ~{need / 2**30:.0f} GiB (the logits and four float32 buffers of {tokens:,} x "
+            f"{vocab_size:,}, fragmented), "
+            f"{available / 2**30:.0f} GiB of RAM available"
+        )
+    return None
+
+
+def build_case(args, tok_name: str, tokens: int, vocab_size: int, device, dtype, ce_losses: dict) -> Case:
+    """The tokenizer's digits and labels (--labels) and random hidden states and head for one shape."""
+    from del_plugin.core import DigitVocab
+    from tools.assets import load_tokenizer
+
+    tokenizer = load_tokenizer(tok_name)
+    vocab = DigitVocab.from_tokenizer(tokenizer, name=tok_name)
+    digit_ids = list(vocab.family_token_ids[0])
+    if args.labels == "gsm8k":
+        labels = gsm8k_labels(tokenizer, tokens // SEQ_LEN, SEQ_LEN)
+    else:
+        words = word_token_ids(tokenizer, digit_ids, vocab.decimal_point_id)
+        labels = synthetic_labels(
+            tokens // SEQ_LEN, SEQ_LEN, digit_ids, vocab.decimal_point_id, words, args.fraction, seed=1
+        )
+    # the model's vocabulary can be smaller than the tokenizer's (Llama-3: 128,256 logits, and the GGUF
+    # tokenizer's 128,257th token '<|endoftext|>'): what must fit are the ids the step reads
+    largest = max(int(labels.max()), max(vocab.number_row_ids))
+    if largest >= vocab_size:
+        raise ValueError(f"{tok_name}: token id {largest} (a label or a digit row) is outside {vocab_size} logits")
+    gen = torch.Generator().manual_seed(0)
+    # logits h . W^T of standard deviation ~2, as in the previous logits benchmark
+    hidden = torch.randn(tokens, args.hidden, generator=gen).to(device, dtype)
+    weight = (torch.randn(vocab_size, args.hidden, generator=gen) * (2 / math.sqrt(args.hidden))).to(device, dtype)
+    return Case(hidden, weight, labels, vocab, digit_ids, vocab.decimal_point_id, ce_losses)
 
 
 def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras, args, bar) -> dict:
@@ -480,17 +491,7 @@ def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras,
     bar.set_postfix_str(f"{label} compiling the chunked CE")
     fns[method_name("chunked", "frozen", "ce")]()
     case.clear_grad()
-    memory, head_sized, values, live = {}, {}, {}, {}
-    # first run of each method, profiled for its memory: also the first warm-up (caches, heap growth)
-    for name, fn in fns.items():
-        bar.set_postfix_str(f"{label} memory {name}")
-        box = {}
-        profile = benchlib.memory_profile(lambda box=box, fn=fn: box.setdefault("v", fn()), device)
-        memory[name], sizes = profile.peak, profile.sizes
-        live[name] = profile.live_at_peak
-        head_sized[name] = sum(1 for s in sizes if s == head_bytes) if device.type == "cpu" else None
-        values[name] = float(box["v"])
-        case.clear_grad()
+    profiles = profile_methods(case, fns, label, device, head_bytes, bar)
     # each CE + X runs right beside its CE: a per-round ratio compares runs seconds apart
     groups = {}
     for name in fns:
@@ -504,36 +505,7 @@ def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras,
         progress=lambda s: bar.set_postfix_str(f"{label} {s}"),
     )
     # every way of computing DEL must give the same loss, or comparing their cost means nothing
-    check_same_terms(values, label)
-    methods = {}
-    for name in fns:
-        kind, rest = name.split(" CE, ", 1)
-        head, loss = rest.split(" head: ", 1)
-        baseline = method_name(kind, head, "ce")
-        methods[name] = {
-            "ce": kind,
-            "head": head,
-            "loss": loss,
-            "baseline": baseline,
-            "median_wall_s": timings.median(name, "wall"),
-            "median_cpu_s": timings.median(name, "cpu"),
-            "median_user_s": timings.median(name, "user"),
-            "time_ratio_wall": timings.ratio(name, baseline, "wall"),
-            "time_ratio_cpu": timings.ratio(name, baseline, "cpu"),
-            "time_ratio_user": timings.ratio(name, baseline, "user"),
-            "peak_bytes": memory[name],
-            "memory_ratio": memory[name] / memory[baseline],
-            "extra_peak_bytes": memory[name] - memory[baseline],
-            "head_sized_allocations": head_sized[name],
-            # what is live at the peak (CPU): the largest allocations and where they were made; beside CE, the
-            # ones this method adds to CE's peak (and CE's that are not live at this one's: the peak moved)
-            "live_at_peak": benchlib.summarize_live(live[name]),
-            **extra_live(live[name], live[baseline], name == baseline),
-            "value": values[name],
-            "wall_s": timings.wall[name],
-            "cpu_s": timings.cpu[name],
-            "user_s": timings.user[name],
-        }
+    check_same_terms(profiles["values"], label)
     out = {
         "tokens": tokens,
         "vocab_size": vocab_size,
@@ -548,10 +520,60 @@ def bench_case(case: Case, tokens, vocab_size, tok_name, device, rounds, extras,
         "logits_bytes": tokens * vocab_size * case.hidden.element_size(),
         "head_bytes": head_bytes,
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "methods": methods,
+        "methods": {name: method_row(name, timings, profiles) for name in fns},
     }
     out["term_only"] = term_only(case, label, bar, max(rounds, 5), extras)
     return out
+
+
+def profile_methods(case: Case, fns: dict, label: str, device, head_bytes: int, bar) -> dict[str, dict]:
+    """The first run of each method, profiled for its memory (also the first warm-up: caches, heap growth): per
+    kind ("memory", "head_sized", "values", "live"), the value of each method."""
+    profiles = {"memory": {}, "head_sized": {}, "values": {}, "live": {}}
+    for name, fn in fns.items():
+        bar.set_postfix_str(f"{label} memory {name}")
+        box = {}
+        profile = benchlib.memory_profile(lambda box=box, fn=fn: box.setdefault("v", fn()), device)
+        profiles["memory"][name] = profile.peak
+        profiles["live"][name] = profile.live_at_peak
+        profiles["head_sized"][name] = (
+            sum(1 for s in profile.sizes if s == head_bytes) if device.type == "cpu" else None
+        )
+        profiles["values"][name] = float(box["v"])
+        case.clear_grad()
+    return profiles
+
+
+def method_row(name: str, timings, profiles: dict[str, dict]) -> dict:
+    """One method's times and memory, each beside its CE's (same kernel, same head)."""
+    memory, live = profiles["memory"], profiles["live"]
+    kind, rest = name.split(" CE, ", 1)
+    head, loss = rest.split(" head: ", 1)
+    baseline = method_name(kind, head, "ce")
+    return {
+        "ce": kind,
+        "head": head,
+        "loss": loss,
+        "baseline": baseline,
+        "median_wall_s": timings.median(name, "wall"),
+        "median_cpu_s": timings.median(name, "cpu"),
+        "median_user_s": timings.median(name, "user"),
+        "time_ratio_wall": timings.ratio(name, baseline, "wall"),
+        "time_ratio_cpu": timings.ratio(name, baseline, "cpu"),
+        "time_ratio_user": timings.ratio(name, baseline, "user"),
+        "peak_bytes": memory[name],
+        "memory_ratio": memory[name] / memory[baseline],
+        "extra_peak_bytes": memory[name] - memory[baseline],
+        "head_sized_allocations": profiles["head_sized"][name],
+        # what is live at the peak (CPU): the largest allocations and where they were made; beside CE, the
+        # ones this method adds to CE's peak (and CE's that are not live at this one's: the peak moved)
+        "live_at_peak": benchlib.summarize_live(live[name]),
+        **extra_live(live[name], live[baseline], name == baseline),
+        "value": profiles["values"][name],
+        "wall_s": timings.wall[name],
+        "cpu_s": timings.cpu[name],
+        "user_s": timings.user[name],
+    }
 
 
 def extra_live(live: list, baseline: list, is_baseline: bool) -> dict:
@@ -591,14 +613,7 @@ def term_only(case: Case, label: str, bar, rounds: int, extras: bool) -> dict:
             logits_leaf.grad = None
 
     fns = case.term_fns(logits_leaf)
-    memory, values, live, allocated = {}, {}, {}, {}
-    for name, fn in fns.items():
-        bar.set_postfix_str(f"{label} term only, memory {name}")
-        box = {}
-        profile = benchlib.memory_profile(lambda box=box, fn=fn: box.setdefault("v", fn()), case.hidden.device)
-        memory[name], live[name], allocated[name] = profile.peak, profile.live_at_peak, sum(profile.sizes)
-        values[name] = float(box["v"])
-        clear()
+    memory, values, live, allocated = term_memory(fns, case.hidden.device, label, bar, clear)
     # what a GPU would launch and wait for (benchlib.op_census): on a GPU the term is small ops, not arithmetic
     census = {}
     for name, fn in fns.items():
@@ -641,6 +656,19 @@ def term_only(case: Case, label: str, bar, rounds: int, extras: bool) -> dict:
         out["naive_over_ours_wall"] = timings.ratio("naive (from logits)", "del", "wall")
         out["naive_over_ours_user"] = timings.ratio("naive (from logits)", "del", "user")
     return out
+
+
+def term_memory(fns: dict, device, label: str, bar, clear: Callable[[], None]) -> tuple[dict, dict, dict, dict]:
+    """Each term's first run, profiled: (peak bytes, value, live at the peak, bytes allocated), per term."""
+    memory, values, live, allocated = {}, {}, {}, {}
+    for name, fn in fns.items():
+        bar.set_postfix_str(f"{label} term only, memory {name}")
+        box = {}
+        profile = benchlib.memory_profile(lambda box=box, fn=fn: box.setdefault("v", fn()), device)
+        memory[name], live[name], allocated[name] = profile.peak, profile.live_at_peak, sum(profile.sizes)
+        values[name] = float(box["v"])
+        clear()
+    return memory, values, live, allocated
 
 
 def cuda_sync_free(fn: Callable[[], object]) -> bool | str:
@@ -773,17 +801,32 @@ def run_isolated(args, argv: list[str]) -> dict:
 # the first steps every buffer is reused and the system time drops to ~0, as in a long training loop. The price
 # is fragmentation: the 2,048 x 151,936 worker's resident set peaks at ~12 GB for ~5 GB of live tensors, and so
 # the largest shapes stay off this machine (it fragmented a 16,384 x 32,000 logits run past 22 GB).
+MIB = 2**20
 STEADY_STATE_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(4 * 2**30), "MALLOC_TRIM_THRESHOLD_": str(64 * 2**30)}
 
 
 def tables(results: dict) -> str:
-    mib = 2**20
+    skipped = "".join(f"\n- {s['tokens']:,} x {s['vocab_size']:,}: not run, {s['reason']}" for s in results["skipped"])
+    return (
+        f"{step_table(results)}\n\nCompared, at the plain CE with the frozen head (terms read from the logits):\n\n"
+        f"{comparison_table(results)}\n\nThe digit term alone (forward + backward, no CE, frozen head; launches and "
+        f"host syncs as `benchlib.op_census` counts them: what a GPU would launch and wait for):\n\n"
+        f"{term_table(results)}\n{skipped}\n"
+    )
+
+
+def shape_cell(case: dict) -> str:
+    return f"{case['tokens']:,} x {case['vocab_size']:,}"
+
+
+def step_table(results: dict) -> str:
+    """CE + DEL beside CE, per shape, CE kind and head: time (CPU, user, wall), DEL alone, peak memory."""
     rows = []
     for case, m, ce in del_rows(results):
         alone = case.get("term_only", {}).get("del")
         rows.append(
             [
-                f"{case['tokens']:,} x {case['vocab_size']:,}",
+                shape_cell(case),
                 m["ce"],
                 m["head"],
                 f"{ce['median_cpu_s'] * 1e3:,.0f}",
@@ -792,61 +835,47 @@ def tables(results: dict) -> str:
                 f"{m['time_ratio_user']:.3f}",
                 f"{m['time_ratio_wall']:.3f}",
                 "" if alone is None else f"+{alone['median_cpu_s'] / ce['median_cpu_s']:.2%}",
-                f"{ce['peak_bytes'] / mib:,.1f}",
-                f"{m['peak_bytes'] / mib:,.1f}",
+                f"{ce['peak_bytes'] / MIB:,.1f}",
+                f"{m['peak_bytes'] / MIB:,.1f}",
                 f"**{m['memory_ratio']:.4f}**",
                 f"{ce['head_sized_allocations']} / {m['head_sized_allocations']}",
             ]
         )
-    main = benchlib.markdown_table(
+    header = ["tokens x V", "CE", "head", "CE CPU ms", "CE+DEL CPU ms", "time / CE (CPU)", "(user CPU)", "(wall)"]
+    header += [
+        "DEL alone / CE (CPU)",
+        "CE peak MiB",
+        "CE+DEL peak MiB",
+        "memory / CE",
+        "[V, H] allocations CE / CE+DEL",
+    ]
+    return benchlib.markdown_table(header, rows)
+
+
+def comparison_table(results: dict) -> str:
+    """Every loss beside the plain CE with the frozen head."""
+    rows = [
         [
-            "tokens x V",
-            "CE",
-            "head",
-            "CE CPU ms",
-            "CE+DEL CPU ms",
-            "time / CE (CPU)",
-            "(user CPU)",
-            "(wall)",
-            "DEL alone / CE (CPU)",
-            "CE peak MiB",
-            "CE+DEL peak MiB",
-            "memory / CE",
-            "[V, H] allocations CE / CE+DEL",
-        ],
-        rows,
-    )
-    comparison_rows = []
-    for case in results["cases"]:
-        for _name, m in case["methods"].items():
-            if m["ce"] != "plain" or m["head"] != "frozen" or m["loss"] == "ce":
-                continue
-            comparison_rows.append(
-                [
-                    f"{case['tokens']:,} x {case['vocab_size']:,}",
-                    m["loss"],
-                    f"{m['median_cpu_s'] * 1e3:,.0f}",
-                    f"{m['time_ratio_cpu']:.3f}",
-                    f"{m['time_ratio_user']:.3f}",
-                    f"{m['time_ratio_wall']:.3f}",
-                    f"{m['peak_bytes'] / mib:,.1f}",
-                    f"{m['memory_ratio']:.4f}",
-                ]
-            )
-    comparison = benchlib.markdown_table(
-        [
-            "tokens x V",
-            "loss (plain CE, frozen head)",
-            "CPU ms",
-            "time / CE (CPU)",
-            "(user CPU)",
-            "(wall)",
-            "peak MiB",
-            "memory / CE",
-        ],
-        comparison_rows,
-    )
-    term_rows = []
+            shape_cell(case),
+            m["loss"],
+            f"{m['median_cpu_s'] * 1e3:,.0f}",
+            f"{m['time_ratio_cpu']:.3f}",
+            f"{m['time_ratio_user']:.3f}",
+            f"{m['time_ratio_wall']:.3f}",
+            f"{m['peak_bytes'] / MIB:,.1f}",
+            f"{m['memory_ratio']:.4f}",
+        ]
+        for case in results["cases"]
+        for m in case["methods"].values()
+        if m["ce"] == "plain" and m["head"] == "frozen" and m["loss"] != "ce"
+    ]
+    header = ["tokens x V", "loss (plain CE, frozen head)", "CPU ms", "time / CE (CPU)", "(user CPU)", "(wall)"]
+    return benchlib.markdown_table(header + ["peak MiB", "memory / CE"], rows)
+
+
+def term_table(results: dict) -> str:
+    """Each digit term alone: time, peak memory, launches and host syncs; the naive term over ours."""
+    rows = []
     for case in results["cases"]:
         t = case.get("term_only")
         if not t:
@@ -854,43 +883,52 @@ def tables(results: dict) -> str:
         for name, m in t.items():
             if not isinstance(m, dict):
                 continue
-            term_rows.append(
+            rows.append(
                 [
-                    f"{case['tokens']:,} x {case['vocab_size']:,}",
+                    shape_cell(case),
                     name,
                     f"{m['median_cpu_s'] * 1e3:,.1f}",
                     f"{m['median_wall_s'] * 1e3:,.1f}",
-                    f"{m['peak_bytes'] / mib:,.1f}",
+                    f"{m['peak_bytes'] / MIB:,.1f}",
                     m.get("launches", ""),
                     m.get("host_syncs", ""),
                 ]
             )
         if "naive_over_ours_cpu" in t:
-            term_rows.append(
-                [
-                    f"{case['tokens']:,} x {case['vocab_size']:,}",
-                    "naive / del",
-                    f"**{t['naive_over_ours_cpu']:.0f}x**",
-                    f"{t['naive_over_ours_wall']:.0f}x",
-                    "",
-                    "",
-                    "",
-                ]
-            )
-    term = benchlib.markdown_table(
-        ["tokens x V", "term", "CPU ms", "wall ms", "peak MiB", "launches", "host syncs"], term_rows
-    )
-    skipped = "".join(f"\n- {s['tokens']:,} x {s['vocab_size']:,}: not run, {s['reason']}" for s in results["skipped"])
-    return (
-        f"{main}\n\nCompared, at the plain CE with the frozen head (terms read from the logits):\n\n"
-        f"{comparison}\n\nThe digit term alone (forward + backward, no CE, frozen head; launches and host syncs as "
-        f"`benchlib.op_census` counts them: what a GPU would launch and wait for):\n\n{term}\n{skipped}\n"
-    )
+            ratios = [f"**{t['naive_over_ours_cpu']:.0f}x**", f"{t['naive_over_ours_wall']:.0f}x"]
+            rows.append([shape_cell(case), "naive / del", *ratios, "", "", ""])
+    header = ["tokens x V", "term", "CPU ms", "wall ms", "peak MiB", "launches", "host syncs"]
+    return benchlib.markdown_table(header, rows)
 
 
 def main(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.dtype is None:
+        args.dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
+    args.all_shapes = args.all_shapes or args.shapes
+    if args.worker:
+        benchlib.write_json(args.out, run(args))
+        return {}
+    if args.device == "cpu" and not args.in_process:
+        # drop our --shapes/--out: each worker gets its own
+        passthrough = _without_options([a for a in argv if a != "--in-process"], ("--shapes", "--out"))
+        results = run_isolated(args, passthrough)
+    else:
+        results = run(args)
+    results["targets"] = evaluate_targets(results)
+    return benchlib.publish(args.out, results, tables)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_case_options(parser)
+    add_run_options(parser)
+    return parser
+
+
+def add_case_options(parser: argparse.ArgumentParser) -> None:
+    """The shapes, the data and the dtype measured."""
     parser.add_argument(
         "--shapes",
         nargs="+",
@@ -926,6 +964,10 @@ def main(argv: list[str] | None = None) -> dict:
         help="synthetic words and numbers at --fraction digits (default), or GSM8K train solutions tokenised with "
         "the tokenizer, packed (the data's own share of digits; needed for number tokens)",
     )
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """What else runs, where the results go, and the workers' own options."""
     parser.add_argument(
         "--no-extras",
         action="store_true",
@@ -948,21 +990,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=benchlib.RESULTS_DIR / "loss_step.json")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--all-shapes", nargs="+", type=parse_shape, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.dtype is None:
-        args.dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
-    args.all_shapes = args.all_shapes or args.shapes
-    if args.worker:
-        benchlib.write_json(args.out, run(args))
-        return {}
-    if args.device == "cpu" and not args.in_process:
-        # drop our --shapes/--out: each worker gets its own
-        passthrough = _without_options([a for a in argv if a != "--in-process"], ("--shapes", "--out"))
-        results = run_isolated(args, passthrough)
-    else:
-        results = run(args)
-    results["targets"] = evaluate_targets(results)
-    return benchlib.publish(args.out, results, tables)
 
 
 def _without_options(argv: list[str], options: tuple[str, ...]) -> list[str]:

@@ -35,7 +35,7 @@ from trainer_checks import LOGGED_KEYS, assert_parts_logged, train_logs
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
-GPU_CHECK = REPO / "scripts" / "gpu_check.py"
+GPU_CHECK = [sys.executable, "-m", "bench.gpu_check"]  # run from the clone's root
 
 
 @dataclass(frozen=True)
@@ -371,7 +371,7 @@ def test_gpu_check_refuses_clearly_without_a_gpu():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU; the refusal is for machines without one")
-    done = subprocess.run([sys.executable, str(GPU_CHECK)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    done = subprocess.run(GPU_CHECK, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode != 0
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1, lines
@@ -381,29 +381,26 @@ def test_gpu_check_refuses_clearly_without_a_gpu():
 def test_gpu_check_pairs_and_what_it_skips():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gpu_check", GPU_CHECK)
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
-    assert gpu_check.parse_args(["--pairs", "cce,plain,cce"]).pairs == ["cce", "plain"]
+    from bench.gpu_check.cli import parse_args
+    from bench.gpu_check.pairs import unavailable
+
+    assert parse_args(["--pairs", "cce,plain,cce"]).pairs == ["cce", "plain"]
     with pytest.raises(SystemExit):
-        gpu_check.parse_args(["--pairs", "plain,flash"])
-    smoke = gpu_check.parse_args(["--cpu-smoke"])
-    assert gpu_check.unavailable("plain", smoke) is None
-    assert "need a GPU" in gpu_check.unavailable("liger", smoke) and "need a GPU" in gpu_check.unavailable("cce", smoke)
-    gpu = gpu_check.parse_args([])
+        parse_args(["--pairs", "plain,flash"])
+    smoke = parse_args(["--cpu-smoke"])
+    assert unavailable("plain", smoke) is None
+    assert "need a GPU" in unavailable("liger", smoke) and "need a GPU" in unavailable("cce", smoke)
+    gpu = parse_args([])
     if importlib.util.find_spec("cut_cross_entropy") is None:  # Axolotl's fork is not on PyPI
-        reason = gpu_check.unavailable("cce", gpu)
+        reason = unavailable("cce", gpu)
         assert "fork of cut_cross_entropy" in reason and "ml-cross-entropy.git@v0.1.1" in reason
 
 
 def test_gpu_check_keeps_to_its_budget_and_reports_failed_runs(monkeypatch, capsys):
     """The parent's bookkeeping with the runs faked: a pair that would end past --budget is skipped, a failed run
     is reported in the table and the exit status, and the other pairs still run."""
-    import importlib.util
+    from bench.gpu_check import driver as gpu_check
 
-    spec = importlib.util.spec_from_file_location("gpu_check_budget", GPU_CHECK)
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
     log = {k: 1.0 for k in LOGGED_KEYS}
     launched = []
 
@@ -520,7 +517,7 @@ def test_gpu_check_runs_its_two_axolotl_processes_in_cpu_smoke_mode():
     machinery on another model folder, is left out here (two more processes); its tokenizer and its order in the
     default run are tested below and in tests/e2e/test_gpu_speed.py."""
     done = subprocess.run(
-        [sys.executable, str(GPU_CHECK), "--cpu-smoke", "--pairs", "plain,liger,cce", "--timeout", "900"],
+        [*GPU_CHECK, "--cpu-smoke", "--pairs", "plain,liger,cce", "--timeout", "900"],
         capture_output=True,
         text=True,
         timeout=1900,
@@ -972,22 +969,19 @@ def test_other_example_trains_on_cpu_with_the_family_tokenizer(
 def test_gpu_check_number_tokens_cut_numbers_as_llama3():
     """--number-tokens: the synthetic tokenizer cuts digit runs into 1-3-digit tokens from the left, and DEL reads
     it through its number tokens (the GPU run then measures that path)."""
-    import importlib.util
-
+    from bench.gpu_check.assets import build_tokenizer
+    from bench.gpu_check.cli import parse_args
     from del_plugin.core import DigitVocab
 
-    spec = importlib.util.spec_from_file_location("gpu_check_numbers", GPU_CHECK)
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
-    args = gpu_check.parse_args(["--cpu-smoke", "--number-tokens"])
-    tokenizer = gpu_check.build_tokenizer(args.vocab, args.number_tokens)
+    args = parse_args(["--cpu-smoke", "--number-tokens"])
+    tokenizer = build_tokenizer(args.vocab, args.number_tokens)
     assert tokenizer.tokenize("pay 12345678 or 3.14159") == (
         ["p", "a", "y", " ", "123", "456", "78", " ", "o", "r", " ", "3", ".", "141", "59"]
     )
     assert DigitVocab.from_tokenizer(tokenizer).max_digits == 3
-    assert gpu_check.build_tokenizer(512).tokenize("12 3") == ["1", "2", " ", "3"]  # the default: single digits
+    assert build_tokenizer(512).tokenize("12 3") == ["1", "2", " ", "3"]  # the default: single digits
     with pytest.raises(SystemExit):
-        gpu_check.parse_args(["--number-tokens", "--vocab", "512"])
+        parse_args(["--number-tokens", "--vocab", "512"])
 
 
 def test_the_cpu_example_is_shipped_and_trains_on_a_machine_without_a_gpu():

@@ -207,15 +207,14 @@ def test_dispatched_batches_are_collated_without_positions(bpe_trainer_parts, tm
 
 # ---------------------------------------------------------------------------------------------- the GPU check
 def test_gpu_check_runs_the_number_tokens_and_the_loss_step_and_fails_on_host_syncs(monkeypatch, capsys):
-    """scripts/gpu_check.py's bookkeeping with its runs faked: by default the plain pair, the number-token pair
+    """bench/gpu_check's bookkeeping with its runs faked: by default the plain pair, the number-token pair
     (its own model, with number tokens at Llama-3's vocabulary), the loss step, then the fused kernels' pairs; it
     fails when DEL's calls synchronise, when a DEL run's steps synchronise more often than the run without, or
     when the loss step's term alone waited for the GPU."""
-    import importlib.util
+    from bench.gpu_check import driver as gpu_check
+    from bench.gpu_check.cli import SMOKE_NUMBERS_VOCAB, parse_args
+    from bench.gpu_check.report import DEL_KEYS
 
-    spec = importlib.util.spec_from_file_location("gpu_check_speed", Path(__file__).parents[2] / "scripts/gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
     order, built = [], {}
     syncs = {"plain": (2.0, 2.0, 0.0), "numbers": (2.0, 2.0, 0.0), "liger": (2.0, 3.0, 0.0), "cce": (2.0, 2.0, 1.0)}
 
@@ -232,7 +231,7 @@ def test_gpu_check_runs_the_number_tokens_and_the_loss_step_and_fails_on_host_sy
             "step_time_s": 0.5,
             "peak_allocated_gib": None,
             "peak_reserved_gib": None,
-            "last_log": dict.fromkeys(gpu_check.DEL_KEYS, 1.0) if variant == "on" else {},
+            "last_log": dict.fromkeys(DEL_KEYS, 1.0) if variant == "on" else {},
             "syncs_per_step": on_syncs if variant == "on" else off_syncs,
             "del_syncs_per_step": del_syncs if variant == "on" else None,
             "wall_s": 1.0,
@@ -262,12 +261,12 @@ def test_gpu_check_runs_the_number_tokens_and_the_loss_step_and_fails_on_host_sy
         "cce",
     ]
     assert not built["model"].number_tokens and built["model-numbers"].number_tokens
-    assert built["model-numbers"].vocab == gpu_check.SMOKE_NUMBERS_VOCAB
-    assert gpu_check.parse_args([]).numbers_vocab == 128_256 and gpu_check.parse_args([]).loss_step
+    assert built["model-numbers"].vocab == SMOKE_NUMBERS_VOCAB
+    assert parse_args([]).numbers_vocab == 128_256 and parse_args([]).loss_step
     captured = capsys.readouterr()
     failures = [line for line in captured.err.splitlines() if "FAILED" in line]
     assert len(failures) == 3, failures
     assert any("Liger FLCE: 3 host synchronisations per step with DEL, 2 without" in f for f in failures)
-    assert any("cce, DEL on: DEL's calls after the forward made the host wait" in f for f in failures)
+    assert any("cce, DEL on: DEL's code made the host wait" in f for f in failures)
     assert any("loss step 8,192 x 128,256: DEL's term alone waited" in f for f in failures)
     assert "host synchronisations per step (numbers): training_step 2 (DEL off), 2 (DEL on)" in captured.out

@@ -256,3 +256,81 @@ def test_op_census_names_every_host_synchronisation():
     assert found.host_reads == {"tolist()": 1, "tensor()": 1}
     assert found.cpu_only_checks == {"aten::one_hot > aten::item > aten::_local_scalar_dense": 2}
     assert found.sync_count == 5 and found.minus(plain).launches == found.launches - plain.launches
+
+
+# ---------------------------------------------------------------------------------------------------- GPU check
+# bench/gpu_check/syncs.py counts the host synchronisations CUDA reports as warnings (set_sync_debug_mode("warn")).
+# There is no CUDA here: these tests replace only that report, with a CPU operation whose C++ warning reaches
+# Python by the same path (an ``out=`` tensor of the wrong size is resized, with a warning, at every call).
+RESIZED = "was resized"
+RESIZE_PROBE = "def probe(x):\n    return torch.add(x, x, out=torch.ones(1))\n"
+
+
+def _cpu_counter(**kwargs):
+    import contextlib
+
+    from bench.gpu_check.syncs import SyncCounter
+
+    return SyncCounter(reports=contextlib.nullcontext, message=RESIZED, **kwargs)
+
+
+def _module_in(folder: Path, source: str) -> dict:
+    """``source`` run as a module whose file is in ``folder``: its frames carry that file name."""
+    namespace = {"torch": torch}
+    exec(compile(source, str(folder / "probe_module.py"), "exec"), namespace)
+    return namespace
+
+
+def test_sync_count_charges_each_synchronisation_to_the_code_that_made_it():
+    """Two reported operations per step, one from a module of the del_plugin package and one from here; only the
+    steps counted while ``counting`` add up, DEL's with its file and line. The self-check passes."""
+    import del_plugin
+
+    counter = _cpu_counter()
+    tallies = counter.self_check(torch.ones(2), probe=RESIZE_PROBE)
+    assert {side: (t.total, t.by_del) for side, t in tallies.items()} == {"del_plugin": (1, 1), "outside": (1, 0)}
+    assert list(tallies["del_plugin"].del_sites) == ["del_plugin/_gpu_check_sync_probe.py:2"]
+    dels = _module_in(Path(del_plugin.__file__).parent / "core", RESIZE_PROBE)["probe"]
+
+    def training_step(x):
+        dels(x)  # DEL's code
+        torch.add(x, x, out=torch.ones(1))  # the trainer's (this file's) code
+        torch.nn.functional.relu(dels(x))  # DEL's again: the result passed on is not a report
+
+    step = counter.counted(training_step)
+    with pytest.warns(UserWarning, match=RESIZED):  # not counting (a warm-up step): the warnings go on as usual
+        step(torch.ones(2))
+    counter.counting = True
+    for _ in range(3):
+        step(torch.ones(2))
+    counter.counting = False
+    assert counter.per_step(3) == {
+        "syncs_per_step": 3.0,
+        "del_syncs_per_step": 2.0,
+        "del_sync_sites": {"del_plugin/core/probe_module.py:2": 6},
+    }
+
+
+def test_sync_count_fails_loudly_when_it_counts_nothing():
+    """The self-check raises when the report it counts never comes (here CUDA's own text, which a CPU never
+    raises: what a torch that stopped reporting would look like), when DEL's package is somewhere else than the
+    code it charges (a moved package), and the count raises when the function it wraps was never called."""
+    from bench.gpu_check.syncs import SYNC_WARNING
+
+    silent = _cpu_counter()
+    silent.message = SYNC_WARNING
+    with pytest.raises(RuntimeError, match=r"self-check.*\{'del_plugin': \(0, 0\), 'outside': \(0, 0\)\}"):
+        silent.self_check(torch.ones(2), probe=RESIZE_PROBE)
+    with pytest.raises(RuntimeError, match="self-check"):
+        _cpu_counter().self_check(torch.ones(1))  # its own probe, .item(), raises no warning on the CPU
+    elsewhere = _cpu_counter(del_root=BENCH)
+    elsewhere_del = _module_in(BENCH.parent / "del_plugin", RESIZE_PROBE)["probe"]
+    with elsewhere.watching(elsewhere.tally):
+        elsewhere_del(torch.ones(2))
+    assert (elsewhere.tally.total, elsewhere.tally.by_del) == (1, 0)
+    never = _cpu_counter()
+    never.counted(lambda: None)
+    never.counting = True
+    with pytest.raises(RuntimeError, match="never called"):
+        never.per_step(3)
+    assert never.per_step(0) is None

@@ -119,7 +119,8 @@ EXIT_STATUS_TABLES = {
         (EXIT_UNWRITABLE_OUTPUT, _OUT_UNWRITABLE),
         *_SIGNALS,
     ),
-    # a `warning` line (a key no schema knows) and a `note` line (what would stop the run on this machine) leave it
+    # del-check's `warning` line (a key no schema knows) and `note` line (what would stop the run on this machine)
+    # leave its status as it is
     ("del-check", None): (
         (EXIT_OK, "all checked and passed"),
         (EXIT_CHECK_FAILED, "a check failed: its line names the key and the fix"),
@@ -161,17 +162,21 @@ class ExitStatusHelpFormatter(argparse.HelpFormatter):
 
 
 class UnusableInput(ValueError):
-    """An input a command cannot use (exit status 3): the message names the file or model and the fix, in one
-    line."""
+    """An input a command cannot use (exit status 3): the message names the file or model and the fix."""
 
 
 def read_input_bytes(
-    path: str | Path, what: str, *, limit: int | None = None, fix: str = "", past_limit: str = ""
+    path: str | Path,
+    what: str,
+    *,
+    limit: int | None = None,
+    fix: str = "",
+    past_limit: str = "more than del-eval reads; split it, or cut the outputs (an answer is read from an output's end)",
 ) -> bytes:
     """The bytes of the input file ``path`` (``what`` it is, e.g. "predictions file"), at most ``limit`` of them
-    (default :data:`MAX_INPUT_BYTES`); a pipe is read, up to the limit. A missing file, a folder, a device or a file
-    that cannot be read is an :class:`UnusableInput` naming it, then ``fix`` (what to pass instead; default: the
-    file) where one is wanted; a larger file names the limit, then ``past_limit`` (why, and the fix)."""
+    (default :data:`MAX_INPUT_BYTES`, read when called); a pipe is read, up to the limit. A missing file, a folder, a
+    device or a file that cannot be read is an :class:`UnusableInput` naming it and ``fix``, what to pass instead
+    (for a folder or a device: the file, when not given); a larger one names the limit, then ``past_limit``."""
     path = Path(path)
     limit = MAX_INPUT_BYTES if limit is None else limit
     try:
@@ -188,9 +193,6 @@ def read_input_bytes(
         permissions = "; check its permissions" if isinstance(err, PermissionError) else ""
         raise UnusableInput(f"{path}: cannot read this {what} ({err.strerror or err}){permissions}") from None
     if len(raw) > limit:
-        past_limit = past_limit or (
-            "more than del-eval reads; split it, or cut the outputs (an answer is read from an output's end)"
-        )
         raise UnusableInput(f"{path}: this {what} is larger than {limit >> 20} MiB, {past_limit}")
     return raw
 

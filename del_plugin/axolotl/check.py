@@ -41,7 +41,12 @@ from pathlib import Path
 
 import yaml
 
-from .config_yaml import YamlLimitError, load_yaml, read_yaml_bytes
+from ..inputs import EXIT_CHECK_FAILED as CHECK_FAILED
+from ..inputs import EXIT_OK as PASSED
+from ..inputs import EXIT_PARTLY_CHECKED as PARTLY_CHECKED
+from ..inputs import EXIT_UNUSABLE_INPUT as UNUSABLE_INPUT
+from ..inputs import ExitStatusHelpFormatter, UnusableInput, exit_status_help, read_input_bytes, utf8_error_position
+from .config_yaml import MAX_YAML_BYTES, YamlLimitError, load_yaml
 
 # before anything imports huggingface_hub or transformers: read local files and the cache only
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -50,7 +55,6 @@ os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 SOURCE_KEYS = ("base_model", "base_model_config", "tokenizer_config")
 OK, FAILED, SKIPPED = "ok", "FAILED", "not checked"
 NOTE, WARNING = "note", "warning"  # said, not checked: neither changes the exit status
-PASSED, CHECK_FAILED, PARTLY_CHECKED, UNUSABLE_INPUT = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -141,8 +145,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Check an Axolotl config that uses the DEL plugin, offline: its keys (Axolotl's validation) for "
         "the card you will train on, the tokenizer's digit layout and the model type (from local folders), and the "
         "loss kernels it switches on.",
-        epilog="Exit status: 0 all checked and passed, 1 a check failed, 2 passed but something could not be checked, "
-        "3 nothing checked (the command line or the file cannot be used).",
+        epilog=exit_status_help(program="del-check"),
+        formatter_class=ExitStatusHelpFormatter,
     )
     parser.add_argument("config", type=Path, help="the Axolotl YAML you train with")
     parser.add_argument(
@@ -240,10 +244,6 @@ def hardware(args: argparse.Namespace, cfg: dict) -> tuple[dict, dict, str]:
     return card.capabilities(gpus), env, described
 
 
-class UnusableInput(Exception):
-    """The config file cannot be checked; the message names the file and the fix (one line)."""
-
-
 def _is_sweep(raw: dict) -> bool:
     """An Axolotl sweep file (``axolotl train CONFIG --sweep FILE``): values to vary, each a list, ``_`` the paired
     ones; no ``base_model``."""
@@ -256,18 +256,17 @@ def read_config(path: Path) -> dict:
         found = sorted(p.name for p in path.iterdir() if p.suffix in (".yml", ".yaml"))
         inside = f" (in it: {', '.join(found[:4])}{', ...' if len(found) > 4 else ''})" if found else ""
         raise UnusableInput(f"{path} is a folder; pass the Axolotl YAML file itself{inside}")
-    try:
-        data = read_yaml_bytes(path)
-    except YamlLimitError as err:
-        raise UnusableInput(str(err)) from None
-    except FileNotFoundError:
-        raise UnusableInput(f"{path}: no such file; pass the path of the Axolotl YAML you train with") from None
-    except OSError as err:
-        raise UnusableInput(f"{path}: cannot be read ({err.strerror}); check its permissions") from None
+    data = read_input_bytes(
+        path,
+        "file",
+        limit=MAX_YAML_BYTES,
+        fix="pass the path of the Axolotl YAML you train with",
+        past_limit="far more than an Axolotl config holds: pass the config itself",
+    )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
+        line, _ = utf8_error_position(data, err)
         raise UnusableInput(
             f"{path} is not UTF-8 text (byte 0x{data[err.start]:02x} on line {line}); save it as UTF-8"
         ) from None

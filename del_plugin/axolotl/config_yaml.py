@@ -1,19 +1,16 @@
-"""Reading a config's YAML with bounds, so that a hostile file is refused in a moment with one line, not after
-minutes, a ``MemoryError`` or a traceback: a file of at most :data:`MAX_YAML_BYTES` (a device such as
-``/dev/zero`` is no file), at most :data:`MAX_YAML_NODES` values once every alias is expanded (a "billion laughs"
-file of nine levels of ten aliases composes in no time but expands to a billion values), no alias to itself, no
-integer of more than :data:`MAX_INT_DIGITS` digits (Python refuses to convert one), and no nesting deeper than
-Python's recursion allows. An Axolotl config holds a few hundred values."""
+"""Reading a config's YAML with bounds, so that a hostile file is refused in a moment with one line, not after minutes,
+a ``MemoryError`` or a traceback: a file of at most :data:`MAX_YAML_BYTES` (read as every input file is, by
+:func:`del_plugin.inputs.read_input_bytes`: a device such as ``/dev/zero`` is no file), at most
+:data:`MAX_YAML_NODES` values once every alias is expanded (a "billion laughs" file of nine levels of ten aliases
+composes in no time but expands to a billion values), no alias to itself, no integer of more than
+:data:`MAX_INT_DIGITS` digits (Python refuses to convert one), and no nesting deeper than Python's recursion allows.
+An Axolotl config holds a few hundred values."""
 
 from __future__ import annotations
 
-import os
-import stat
-from pathlib import Path
-
 import yaml
 
-__all__ = ["MAX_INT_DIGITS", "MAX_YAML_BYTES", "MAX_YAML_NODES", "YamlLimitError", "load_yaml", "read_yaml_bytes"]
+__all__ = ["MAX_INT_DIGITS", "MAX_YAML_BYTES", "MAX_YAML_NODES", "YamlLimitError", "load_yaml"]
 
 MAX_YAML_BYTES = 16 << 20
 MAX_YAML_NODES = 100_000
@@ -23,18 +20,6 @@ _INT_TAG = "tag:yaml.org,2002:int"
 
 class YamlLimitError(ValueError):
     """A YAML file past one of the bounds of this module; the message says which, where, and the fix."""
-
-
-def read_yaml_bytes(path: Path) -> bytes:
-    """The bytes of the file ``path``, at most :data:`MAX_YAML_BYTES` of them (OSError as :meth:`Path.read_bytes`
-    raises it; :class:`YamlLimitError` for a device or a larger file)."""
-    with open(path, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise YamlLimitError(f"{path} is not a regular file (a device, a pipe); pass the YAML file itself")
-        data = handle.read(MAX_YAML_BYTES + 1)
-    if len(data) > MAX_YAML_BYTES:
-        raise YamlLimitError(f"{path} is larger than {MAX_YAML_BYTES >> 20} MiB: not an Axolotl config")
-    return data
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -436,7 +436,7 @@ def _raised_by_del_eval(err: BaseException) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """del-eval; returns its exit status (:mod:`.errors` defines them; ``--help`` lists them)."""
+    """del-eval; returns its exit status (:mod:`del_plugin.inputs` defines them; ``--help`` lists them)."""
     import signal
 
     from ..host_notices import hold_back_import_notices

@@ -18,8 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from del_plugin import inputs
 from del_plugin.axolotl import check, config_yaml
-from del_plugin.evaluation import answers, cli, errors
+from del_plugin.evaluation import answers, cli
 from del_plugin.evaluation.answers import MAX_ANSWER_CHARS, extract_answer, find_numbers, last_match
 from del_plugin.evaluation.benchmarks import latex
 from del_plugin.evaluation.benchmarks.latex import same_math_answer
@@ -254,7 +255,7 @@ def test_a_pipe_is_read_and_a_device_or_a_file_past_the_limit_is_refused(tmp_pat
     assert status == EXIT_UNUSABLE_INPUT and "/dev/zero is a device" in err, err
     big = tmp_path / "big.jsonl"
     big.write_text('{"id": 0, "output": "The answer is 18"}\n' * 100, encoding="utf-8")
-    monkeypatch.setattr(errors, "MAX_INPUT_BYTES", 1000)
+    monkeypatch.setattr(inputs, "MAX_INPUT_BYTES", 1000)
     status, err = score(capsys, big, tmp_path / "big")
     assert status == EXIT_UNUSABLE_INPUT and "larger than" in err, err
 

@@ -19,7 +19,7 @@ def _signed(x: float) -> str:
 def verdict_line(verdict: dict) -> str:
     """The verdict in one line: the difference over the sets with its interval, and whether it is resolved (and
     which sets are on their own) or how large a difference this sample could resolve."""
-    summary, result = verdict["summary"], verdict
+    summary = verdict["summary"]
     base_label, cand_label = verdict["baseline"]["label"], verdict["candidate"]["label"]
     d = summary["difference"]
     head = (
@@ -28,8 +28,8 @@ def verdict_line(verdict: dict) -> str:
     )
     if summary["resolved"]:
         line = f"{head}, resolved: {summary['better']} is better"
-        if len(result["sets"]) > 1:
-            won = [f"{s['title']} for {s['better']}" for s in result["sets"] if s["resolved"]]
+        if len(verdict["sets"]) > 1:
+            won = [f"{s['title']} for {s['better']}" for s in verdict["sets"] if s["resolved"]]
             line += f" (sets resolved on their own: {', '.join(won)})" if won else " (no set resolved on its own)"
         return line
     return (

@@ -64,6 +64,7 @@ def fmt_se(generation: dict) -> str:
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A markdown table's lines."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
@@ -77,6 +78,7 @@ def is_partial(entry: dict) -> bool:
 
 
 def coverage_text(entry: dict) -> str:
+    """``problems of total`` a benchmark's entry scored."""
     cover = entry.get("coverage") or {}
     return f"{cover.get('problems', 0):,} of {cover.get('total', 0):,}"
 
@@ -104,6 +106,7 @@ DATA_FILE_COLUMNS = (
 
 
 def data_file_cells(entry: dict) -> dict[str, str]:
+    """A ``--data`` file's cells (or the pooled sets'), by column of :data:`DATA_FILE_COLUMNS`."""
     gen = entry.get("generation") or {}
     tf = entry.get("teacher_forced") or {}
     return {
@@ -167,6 +170,7 @@ def without_math_verify(entries: Sequence[dict], header: Sequence[str], rows: li
 
 
 def benchmark_cells(entry: dict) -> list[str]:
+    """A benchmark's cells, in the order of :data:`BENCHMARK_COLUMNS`."""
     gen = entry.get("generation") or {}
     problems = fmt(gen.get("n", 0), "int")
     if is_partial(entry):
@@ -260,21 +264,25 @@ def _paper_order(entry: dict) -> int:
 
 
 def teacher_forced_note(entries: Sequence[dict]) -> str:
+    """What TF means, and which of the benchmarks have no solutions to score."""
     without = sorted({e["benchmark"] for e in entries if not has_teacher_forced(e)}, key=BENCHMARK_NAMES.index)
     none = f"; {', '.join(BENCHMARKS[n].title for n in without)}: no solutions to score" if without else ""
     return f"TF = teacher-forced on the sets' reference solutions (digit targets only){none}."
 
 
 def has_teacher_forced(entry: dict) -> bool:
+    """Whether an entry has teacher-forced digit metrics."""
     return bool((entry.get("teacher_forced") or {}).get("digits"))
 
 
 def teacher_forced_cells(entry: dict) -> list[str]:
+    """An entry's teacher-forced cells, in the order of :data:`TF_COLUMNS`."""
     tf = entry.get("teacher_forced") or {}
     return [fmt(tf.get("digits"), "int"), fmt(tf.get("digit_accuracy"), "pct"), fmt(tf.get("mean_entropy"))]
 
 
 def teacher_forced_place_table(entries: Sequence[tuple[str, dict]], first_column: str) -> list[str]:
+    """The per-place teacher-forced digit accuracy of ``(label, entry)`` pairs; none without data."""
     header, rows = _place_rows(entries, "teacher_forced", "places")
     if not rows:
         return []
@@ -303,6 +311,7 @@ def _sandbox_clause(settings: dict) -> str:
 
 
 def model_line(report: dict) -> str:
+    """What a report scored: the model with its prompt format, dtype and device, or the generations file."""
     model = report.get("model") or {}
     settings = report.get("settings") or {}
     what = (model.get("base") or model.get("path") or "?") + (

@@ -12,9 +12,11 @@ Importing this package loads no model library; :func:`evaluate` and the CLI load
 
 from .answers import ExtractedNumber, extract_answer, find_numbers, format_decimal, is_correct
 from .benchmarks import BENCHMARK_NAMES, BENCHMARKS, Verdict, load_benchmark, resolve_benchmark_names
+from .comparison import compare_reports
 from .data import DataIssue, EvalExample, EvalSet, read_eval_set
 from .metrics import NumericMetrics, digits_by_place, log_transform, numeric_metrics
-from .report import SCHEMA, compare_reports, load_report, macc
+from .report_files import SCHEMA, load_report
+from .report_summary import macc
 from .runner import EvalSettings, evaluate, read_generations
 from .score import score_predictions
 from .tables import benchmark_accuracies

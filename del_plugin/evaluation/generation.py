@@ -319,13 +319,7 @@ def generate_greedy(
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
-        width = max(len(prompts[i]) for i in indices)
-        input_ids = torch.full((len(indices), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(indices), width), dtype=torch.long)
-        for row, i in enumerate(indices):
-            ids = prompts[i]
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids) :] = 1
+        input_ids, attention, width = _left_padded([prompts[i] for i in indices], pad_id)
         with torch.inference_mode():
             output = model.generate(
                 input_ids=input_ids.to(device),
@@ -335,22 +329,41 @@ def generate_greedy(
                 if stop_strings
                 else None,
             )
-        completions = output[:, width:].cpu()
-        lengths, finished = [], []
-        for row in completions.tolist():
-            # the completion ends at its first EOS (included in the count); padding after it is not generated, nor
-            # is the padding after a stop string
-            stop = next((k + 1 for k, t in enumerate(row) if t in eos), None)
-            end = len(row)
-            while stop is None and end > 0 and row[end - 1] == pad_id:
-                end -= 1
-            lengths.append(stop if stop is not None else end)
-            finished.append(stop is not None)
-        texts = [tokenizer.decode(row[:n], skip_special_tokens=True) for row, n in zip(completions.tolist(), lengths)]
-        for k, text in enumerate(texts):
-            cut = min((i for i in (text.find(s) for s in stop_strings) if i >= 0), default=None)
-            if cut is not None:
-                texts[k], finished[k] = text[:cut], True
+        texts, lengths, finished = _decoded(tokenizer, output[:, width:].cpu(), eos, pad_id, stop_strings)
         if progress is not None:
             progress.update(len(indices))
         yield indices, texts, lengths, finished
+
+
+def _left_padded(prompts: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``prompts`` as one batch padded on the left: the input ids, the attention mask and the batch's width."""
+    width = max(len(ids) for ids in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        attention[row, width - len(ids) :] = 1
+    return input_ids, attention, width
+
+
+def _decoded(
+    tokenizer, completions: torch.Tensor, eos: Sequence[int], pad_id: int, stop_strings: Sequence[str]
+) -> tuple[list[str], list[int], list[bool]]:
+    """A batch's generated tokens as ``(texts, lengths in tokens, whether each ended)``: a completion ends at its
+    first EOS or at a stop string (its text cut before it)."""
+    lengths, finished = [], []
+    for row in completions.tolist():
+        # the completion ends at its first EOS (included in the count); padding after it is not generated, nor
+        # is the padding after a stop string
+        stop = next((k + 1 for k, t in enumerate(row) if t in eos), None)
+        end = len(row)
+        while stop is None and end > 0 and row[end - 1] == pad_id:
+            end -= 1
+        lengths.append(stop if stop is not None else end)
+        finished.append(stop is not None)
+    texts = [tokenizer.decode(row[:n], skip_special_tokens=True) for row, n in zip(completions.tolist(), lengths)]
+    for k, text in enumerate(texts):
+        cut = min((i for i in (text.find(s) for s in stop_strings) if i >= 0), default=None)
+        if cut is not None:
+            texts[k], finished[k] = text[:cut], True
+    return texts, lengths, finished

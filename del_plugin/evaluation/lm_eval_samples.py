@@ -339,12 +339,33 @@ def score_lm_eval_samples(
         task.problems = [p for p in task.problems if p.id in lm_set.outputs]
         tasks.append(task)
     refuse_modified_sets(tasks, allow_modified)
+    base, adapter = model_of_run(found[0].run.get("model_args"))
+    report = RunReport.open(
+        Path(out_dir),
+        command="score",
+        # named as del-eval run names a model: after the adapter, else the model (the twins of a sweep differ)
+        name=name or Path(adapter or base or str(folder)).name,
+        model={"path": base, "adapter": adapter, "predictions": str(folder)},
+        settings=_settings(found),
+        resume_key={"lm_eval_samples": {s.task: str(s.path) for s in found}},
+        tasks=tasks,
+        overwrite=overwrite,
+    )
+    with report.scoring():
+        for lm_set, task in zip(found, tasks):
+            if not report.is_complete(task.name):  # one scored before (the same samples) is kept as it is
+                _score_set(lm_set, task, report)
+    return report.data
+
+
+def _settings(found: list[LmEvalSet]) -> dict:
+    """The report's settings: the prompt format and token limit the tasks were written with (where they agree),
+    and lm-eval's run."""
     first = found[0]
     metadata = [(s.config.get("metadata") or {}) for s in found]
     formats = {m.get("prompt_format") for m in metadata if m.get("prompt_format")}
     new_tokens = {m.get("max_new_tokens") for m in metadata if m.get("max_new_tokens")}
-    base, adapter = model_of_run(first.run.get("model_args"))
-    settings = {
+    return {
         "limit": None,
         "program_of_thought": False,
         "prompt_format": formats.pop() if len(formats) == 1 else None,
@@ -355,40 +376,29 @@ def score_lm_eval_samples(
             **{k: v for k, v in first.run.items() if k != "results"},
         },
     }
-    report = RunReport.open(
-        Path(out_dir),
-        command="score",
-        # named as del-eval run names a model: after the adapter, else the model (the twins of a sweep differ)
-        name=name or Path(adapter or base or str(folder)).name,
-        model={"path": base, "adapter": adapter, "predictions": str(folder)},
-        settings=settings,
-        resume_key={"lm_eval_samples": {s.task: str(s.path) for s in found}},
-        tasks=tasks,
-        overwrite=overwrite,
-    )
-    with report.scoring():
-        for lm_set, task in zip(found, tasks):
-            if report.is_complete(task.name):  # scored before (the same samples): kept as they are
-                continue
-            if task.source_warning():
-                report.warn(task.source_warning())
-            if not lm_set.ours:
-                report.warn(
-                    f"{task.name}: scored from lm-eval's task {lm_set.task}, whose prompt is lm-eval's own "
-                    "(few-shot), not the paper's: the numbers are not comparable with del-eval run's"
-                )
-            warning = _prompt_warning(lm_set, task)
-            if warning:
-                report.warn(warning)
-            verdicts = score_outputs(task, lm_set.outputs, report)
-            for metric, theirs, ours in (
-                (METRIC, lm_set.lm_eval_verdicts, {i: v.correct for i, v in verdicts.items()}),
-                (METRIC_MATH_VERIFY, lm_set.lm_eval_math_verify, {i: v.math_verify for i, v in verdicts.items()}),
-            ):
-                differ = sum(i in theirs and ours[i] is not None and theirs[i] != float(ours[i]) for i in ours)
-                if differ:
-                    report.warn(
-                        f"{task.name}: {differ} of {len(task.problems)} verdicts differ from the `{metric}` lm-eval "
-                        f"logged for {lm_set.task} (tasks written by another del-plugin version?)"
-                    )
-    return report.data
+
+
+def _score_set(lm_set: LmEvalSet, task: EvalTask, report: RunReport) -> None:
+    """Score one set's samples into ``report``, warning where its prompts are not del-eval's or where lm-eval's
+    logged verdicts differ from ours."""
+    if task.source_warning():
+        report.warn(task.source_warning())
+    if not lm_set.ours:
+        report.warn(
+            f"{task.name}: scored from lm-eval's task {lm_set.task}, whose prompt is lm-eval's own "
+            "(few-shot), not the paper's: the numbers are not comparable with del-eval run's"
+        )
+    warning = _prompt_warning(lm_set, task)
+    if warning:
+        report.warn(warning)
+    verdicts = score_outputs(task, lm_set.outputs, report)
+    for metric, theirs, ours in (
+        (METRIC, lm_set.lm_eval_verdicts, {i: v.correct for i, v in verdicts.items()}),
+        (METRIC_MATH_VERIFY, lm_set.lm_eval_math_verify, {i: v.math_verify for i, v in verdicts.items()}),
+    ):
+        differ = sum(i in theirs and ours[i] is not None and theirs[i] != float(ours[i]) for i in ours)
+        if differ:
+            report.warn(
+                f"{task.name}: {differ} of {len(task.problems)} verdicts differ from the `{metric}` lm-eval "
+                f"logged for {lm_set.task} (tasks written by another del-plugin version?)"
+            )

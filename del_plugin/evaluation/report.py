@@ -1,23 +1,21 @@
-"""Report files: the JSON report (schema ``del-eval/2``, see ``docs/evaluation.md``), written only by
-:class:`RunReport`, its markdown table (:mod:`.tables`) and plots, and the side-by-side comparison of several
-reports (:func:`compare_reports`)."""
+"""The report of one run: ``report.json`` (schema ``del-eval/2``, see ``docs/evaluation.md``), written only by
+:class:`RunReport`, with its ``generations.jsonl``, its markdown table (:mod:`.tables`) and plots. Reading reports
+back is :mod:`.report_files`; putting several side by side, :mod:`.comparison`."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import __version__
-from .benchmarks.sets import BENCHMARK_NAMES
-from .errors import OutputError, decode_text, json_value, read_input_bytes
+from .comparison import compare_reports
+from .comparison_tables import comparison_markdown
 from .math_verify_scoring import MISSING_NOTE, math_verify_available
-from .metrics import GenerationMetrics, NumericMetrics
+from .metrics import GenerationMetrics
 from .output import (
     JsonlAppender,
     lock_folder,
@@ -28,15 +26,10 @@ from .output import (
     write_json_atomic,
     write_text_atomic,
 )
-from .tables import (
-    OVERALL,
-    benchmark_accuracies,
-    comparison_markdown,
-    comparison_warnings,
-    dataset_entries,
-    is_partial,
-    report_markdown,
-)
+from .report_files import GENERATIONS_FILE, PLOT_FILES, SCHEMA, STAGING_DIR, load_report
+from .report_resume import where_to_write
+from .report_summary import coverage_warning, dataset_entry, macc, pooled
+from .tables import benchmark_accuracies, report_markdown
 from .teacher_forced import TeacherForcedStats
 
 LOG = logging.getLogger(__name__)
@@ -56,17 +49,10 @@ __all__ = [
     "write_json_atomic",
 ]
 
-SCHEMA = "del-eval/2"
 # warnings of the run as a whole that describe what the scored sets hold (a resume that loads no model, all of
 # them scored, would not say them again)
 _WARNINGS_OF_KEPT_SETS = ("teacher-forced digit metrics skipped",)
-READABLE_SCHEMAS = ("del-eval/1", SCHEMA)
-GENERATIONS_FILE = "generations.jsonl"
-PLOT_FILES = ("entropy_histogram.png", "place_accuracy.png", "benchmark_accuracy.png")
-# where a run that replaces another run's report (--overwrite) writes until it is complete
-STAGING_DIR = ".del-eval-new"
 EVAL_EXTRA = ("matplotlib", "tqdm", "scipy")
-FOREST_PLOT = "difference_forest.png"
 
 
 def require_eval_extra() -> None:
@@ -84,113 +70,6 @@ def require_eval_extra() -> None:
         raise ImportError(
             f"del-eval needs {', '.join(missing)}: install the evaluation extra, pip install 'del-plugin[eval]'"
         )
-
-
-def load_report(path: str | Path) -> dict:
-    """A report.json (or the folder holding one), schema ``del-eval/1`` or ``/2``."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "report.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such report (give report.json files or the folders del-eval wrote)")
-    try:
-        report = json_value(decode_text(read_input_bytes(path, "report"), path, "report"))
-    except ValueError as err:  # not JSON, nested too deep, an integer too long: not a report del-eval wrote
-        raise ValueError(f"{path}: {err}") from None
-    if not isinstance(report, dict) or report.get("schema") not in READABLE_SCHEMAS:
-        found = report.get("schema") if isinstance(report, dict) else type(report).__name__
-        raise ValueError(f"{path}: not a del-eval report (schema {found!r}, expected {SCHEMA!r})")
-    report.setdefault("_path", str(path))
-    return report
-
-
-def macc(datasets: Sequence[dict]) -> dict | None:
-    """The mean accuracy over the benchmarks of ``datasets`` that are complete: ``{value, sets, label, complete,
-    partial}``. ``partial`` names the sets scored on part of their problems (``--limit``, or ``score`` given some
-    ids); ``complete`` is all seven sets, each whole, and only then is ``label`` plain ``mACC``; else it says what
-    it is over (``mACC (3 of 7 sets)``, ``mACC (partial coverage)``)."""
-    done = {
-        d["benchmark"]: d
-        for d in datasets
-        if d.get("benchmark")
-        and d.get("status") == "complete"
-        and (d.get("generation") or {}).get("accuracy") is not None
-    }
-    if not done:
-        return None
-    sets = [n for n in BENCHMARK_NAMES if n in done]
-    partial = [n for n in sets if is_partial(done[n])]
-    qualifiers = [f"{len(sets)} of {len(BENCHMARK_NAMES)} sets"] if len(sets) < len(BENCHMARK_NAMES) else []
-    qualifiers += ["partial coverage"] if partial else []
-    equivalent = [(done[n].get("math_verify") or {}).get("accuracy") for n in sets]
-    return {
-        "value": sum(done[n]["generation"]["accuracy"] for n in sets) / len(sets),
-        "math_verify": None if None in equivalent else sum(equivalent) / len(sets),
-        "sets": sets,
-        "label": "mACC" + (f" ({', '.join(qualifiers)})" if qualifiers else ""),
-        "complete": not qualifiers,
-        "partial": partial,
-    }
-
-
-def coverage(task) -> dict | None:
-    """Which problems of a benchmark a run scores: ``{problems, total, ids_sha256}`` (the count, the set's size,
-    and a digest of the ids, so that two reports can tell whether they scored the same problems); None for a
-    ``--data`` file."""
-    if task.benchmark is None:
-        return None
-    ids = sorted(p.id for p in task.problems)
-    return {
-        "problems": len(ids),
-        "total": task.lines_read,
-        "ids_sha256": hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest(),
-    }
-
-
-def coverage_warning(entries: Sequence[dict]) -> str | None:
-    """The warning a report carries when some of its benchmarks are scored on part of their problems."""
-    partial = [d for d in entries if is_partial(d)]
-    if not partial:
-        return None
-    sets = ", ".join(f"{d['name']} {d['coverage']['problems']:,} of {d['coverage']['total']:,}" for d in partial)
-    return f"partial coverage: {sets} problems scored; their accuracies, and mACC, are over those problems only"
-
-
-def pooled(datasets: Sequence[dict]) -> dict:
-    """``{generation, teacher_forced}`` pooled over every set: accuracy over all problems; MAE, log-MAE and
-    per-place accuracy over the numeric sets' answers; the teacher-forced metrics over all digit targets."""
-    generation = GenerationMetrics("pooled", numeric=NumericMetrics())
-    teacher, any_teacher = TeacherForcedStats(), False
-    for d in datasets:
-        if d.get("generation"):
-            generation.merge(GenerationMetrics.from_dict(d["scoring"], d["generation"]))
-        if d.get("teacher_forced"):
-            teacher.merge(TeacherForcedStats.from_dict(d["teacher_forced"]))
-            any_teacher = True
-    out = generation.as_dict() if generation.n else None
-    if out is not None:
-        out.pop("program_of_thought")
-    return {"generation": out, "teacher_forced": teacher.as_dict() if any_teacher else None}
-
-
-def _entry(task) -> dict:
-    return {
-        "name": task.name,
-        "benchmark": None if task.benchmark is None else task.benchmark.name,
-        "scoring": task.scoring,
-        "source": dict(task.source),
-        "path": task.source["path"],
-        "status": "pending",
-        "lines_read": task.lines_read,
-        "evaluated": len(task.problems),
-        "skipped": len(task.issues),
-        "issues": [issue.as_dict() for issue in task.issues],
-        "formats": list(task.formats),
-        "coverage": coverage(task),
-        "generation": None,
-        "math_verify": None,
-        "teacher_forced": None,
-    }
 
 
 class RunReport:
@@ -246,66 +125,32 @@ class RunReport:
         out_dir = prepare_output_dir(out_dir)
         lock = lock_folder(out_dir)
         try:
-            write_dir, previous = _where_to_write(out_dir, resume_key, tasks, overwrite)
-            data = {
-                "schema": SCHEMA,
-                "command": command,
-                "name": name,
-                "status": "running",
-                "error": None,
-                "warnings": [],
-                "created": datetime.now(UTC).isoformat(timespec="seconds"),
-                "del_plugin_version": __version__,
-                "run": resume_key,
-                "model": {
-                    "path": model.get("path"),
-                    "base": None,
-                    "adapter": model.get("adapter"),
-                    "predictions": model.get("predictions"),
-                    "prompt_format": settings.get("prompt_format"),
-                    "prompt_format_source": None,
-                    "dtype": settings.get("dtype"),
-                    "device": settings.get("device"),
-                },
-                "settings": settings,
-                "files": {"generations": GENERATIONS_FILE, "markdown": None, "plots": []},
-                "datasets": [_entry(t) for t in tasks],
-                "macc": None,
-                "overall": {"generation": None, "teacher_forced": None},
-                "timing": {},
-            }
-            kept = []
-            if previous is not None:
-                done = {d["name"]: d for d in previous["datasets"] if d.get("status") == "complete" and d.get("source")}
-                for i, entry in enumerate(data["datasets"]):
-                    old = done.get(entry["name"])
-                    if old is None:
-                        continue
-                    if old["source"].get("sha256") != entry["source"]["sha256"]:
-                        LOG.warning("%s: %s changed since it was scored; scored again", entry["name"], entry["path"])
-                        continue
-                    data["datasets"][i] = old | {"coverage": entry["coverage"]}
-                    kept.append(entry["name"])
-                if previous.get("model", {}).get("base"):
-                    data["model"] = previous["model"]
+            write_dir, previous = where_to_write(out_dir, resume_key, tasks, overwrite)
+            data = _new_report(command, name, model, settings, resume_key, tasks)
+            kept = _keep_scored_sets(data, previous) if previous is not None else []
             report = cls(out_dir, data, kept, write_dir=write_dir, lock=lock)
-            warning = coverage_warning(data["datasets"])
-            if warning:
-                report.warn(warning)
-            if not math_verify_available():
-                report.warn(MISSING_NOTE)
-            if previous is not None:  # the kept sets' warnings, and the run's own about what they hold
-                report.data["warnings"] += [
-                    w
-                    for w in previous.get("warnings", [])
-                    if w.split(":")[0] in kept or (kept and w.split(":")[0] in _WARNINGS_OF_KEPT_SETS)
-                ]
+            report._opening_warnings(previous, kept)
             report._open_generations()
             report.save()
         except BaseException:
             unlock_folder(lock)
             raise
         return report
+
+    def _opening_warnings(self, previous: dict | None, kept: Sequence[str]) -> None:
+        """The warnings a report starts with: partial coverage, math-verify missing, and those of a resumed report
+        about the sets it keeps."""
+        warning = coverage_warning(self.data["datasets"])
+        if warning:
+            self.warn(warning)
+        if not math_verify_available():
+            self.warn(MISSING_NOTE)
+        if previous is not None:  # the kept sets' warnings, and the run's own about what they hold
+            self.data["warnings"] += [
+                w
+                for w in previous.get("warnings", [])
+                if w.split(":")[0] in kept or (kept and w.split(":")[0] in _WARNINGS_OF_KEPT_SETS)
+            ]
 
     # ---------------------------------------------------------------------------------------- state
 
@@ -424,72 +269,54 @@ class RunReport:
         return self.data
 
 
-def _holds_results(report: dict) -> bool:
-    return any(
-        d.get("status") == "complete" or d.get("generation") or d.get("teacher_forced")
-        for d in report.get("datasets") or []
-    )
+def _new_report(command: str, name: str, model: dict, settings: dict, resume_key: dict, tasks: Sequence) -> dict:
+    """The report of a run that starts: ``running``, its sets pending."""
+    return {
+        "schema": SCHEMA,
+        "command": command,
+        "name": name,
+        "status": "running",
+        "error": None,
+        "warnings": [],
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "del_plugin_version": __version__,
+        "run": resume_key,
+        "model": {
+            "path": model.get("path"),
+            "base": None,
+            "adapter": model.get("adapter"),
+            "predictions": model.get("predictions"),
+            "prompt_format": settings.get("prompt_format"),
+            "prompt_format_source": None,
+            "dtype": settings.get("dtype"),
+            "device": settings.get("device"),
+        },
+        "settings": settings,
+        "files": {"generations": GENERATIONS_FILE, "markdown": None, "plots": []},
+        "datasets": [dataset_entry(t) for t in tasks],
+        "macc": None,
+        "overall": {"generation": None, "teacher_forced": None},
+        "timing": {},
+    }
 
 
-def _report_in(folder: Path) -> tuple[dict | None, str | None]:
-    """The report in ``folder`` (None when there is none) or why it cannot be read."""
-    path = folder / "report.json"
-    if not path.is_file():
-        return None, None
-    try:
-        return load_report(path), None
-    except ValueError as err:
-        return None, f"its report.json cannot be read: {err}"
-
-
-def _why_not_resumable(previous: dict, resume_key: dict, tasks: Sequence) -> str | None:
-    """Why the report ``previous`` is another run's (None when this run resumes it): other settings, or complete
-    sets this run does not have (resuming would drop them)."""
-    if previous.get("run") != resume_key:
-        old = previous.get("run") or {}
-        differs = [f"{k}: {old.get(k)!r} there, {v!r} now" for k, v in resume_key.items() if old.get(k) != v]
-        return "; ".join(differs) or "an older schema"
-    names = {t.name for t in tasks}
-    dropped = [
-        d["name"] for d in previous.get("datasets") or [] if d.get("status") == "complete" and d["name"] not in names
-    ]
-    if dropped:
-        return f"its sets {', '.join(dropped)} are not in this run"
-    return None
-
-
-def _where_to_write(out_dir: Path, resume_key: dict, tasks: Sequence, overwrite: bool) -> tuple[Path, dict | None]:
-    """The folder this run writes in (``out_dir``, or the staging folder when it replaces another run's report) and
-    the report it resumes (None: it starts afresh)."""
-    staging = out_dir / STAGING_DIR
-    previous, unreadable = _report_in(out_dir)
-    if previous is not None and not _holds_results(previous):
-        LOG.info("%s: its report holds no results yet; replaced", out_dir)
-        previous = None
-    if previous is None and unreadable is None:
-        shutil.rmtree(staging, ignore_errors=True)
-        return out_dir, None
-    why = unreadable or _why_not_resumable(previous, resume_key, tasks)
-    if why is None:
-        shutil.rmtree(staging, ignore_errors=True)  # a replacement that was published, or given up
-        return out_dir, previous
-    if not overwrite:
-        hint = ""
-        if (staging / "report.json").is_file():
-            hint = f" (a stopped run that was replacing it left its partial report in {staging})"
-        raise OutputError(
-            f"{out_dir} holds the report of another run ({why}): give another --out, or --overwrite to replace it"
-            + hint
-        )
-    staged, _ = _report_in(staging)
-    if staged is not None and _why_not_resumable(staged, resume_key, tasks) is None:
-        return staging, staged
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        staging.mkdir()
-    except OSError as err:
-        raise OutputError(f"{staging}: cannot be made ({err.strerror or err}); give another --out") from None
-    return staging, None
+def _keep_scored_sets(data: dict, previous: dict) -> list[str]:
+    """Put the complete sets of the resumed report ``previous`` into ``data`` (those whose source file is unchanged),
+    and its model once loaded; returns their names."""
+    kept = []
+    done = {d["name"]: d for d in previous["datasets"] if d.get("status") == "complete" and d.get("source")}
+    for i, entry in enumerate(data["datasets"]):
+        old = done.get(entry["name"])
+        if old is None:
+            continue
+        if old["source"].get("sha256") != entry["source"]["sha256"]:
+            LOG.warning("%s: %s changed since it was scored; scored again", entry["name"], entry["path"])
+            continue
+        data["datasets"][i] = old | {"coverage": entry["coverage"]}
+        kept.append(entry["name"])
+    if previous.get("model", {}).get("base"):
+        data["model"] = previous["model"]
+    return kept
 
 
 def _plots(report: dict, out_dir: Path) -> list[Path | None]:
@@ -517,132 +344,3 @@ def _plots(report: dict, out_dir: Path) -> list[Path | None]:
             )
         )
     return plots
-
-
-def compare_reports(
-    reports: Sequence[dict],
-    out_dir: Path,
-    labels: Sequence[str] | None = None,
-    *,
-    arms: tuple[Sequence[int], Sequence[int]] | None = None,
-    arm_labels: Sequence[str] | None = None,
-    scorer: str = "paper",
-    resamples: int | None = None,
-    seed: int | None = None,
-) -> dict[str, Path]:
-    """comparison.md, comparison.json and overlaid plots for ``reports``; returns the written paths by kind.
-
-    With two reports (baseline first), or ``arms`` (the indices of the baseline's runs and of the candidate's, one
-    run per seed), the verdict comes first (:func:`.verdict.compare_arms`, with its forest plot); ``arm_labels``
-    names the two arms (default: the reports' labels with one run an arm, else the name the arm's runs share)."""
-    from .plots import plot_benchmark_accuracy, plot_entropy_histograms, plot_place_accuracy
-    from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
-    from .verdict import compare_arms, plot_forest, verdict_markdown
-
-    if not reports:
-        raise ValueError("compare needs at least one report")
-    labels = list(labels) if labels else [r.get("name") or f"model {i + 1}" for i, r in enumerate(reports)]
-    if len(labels) != len(reports):
-        raise ValueError(f"{len(labels)} labels for {len(reports)} reports")
-    if len(set(labels)) != len(labels):
-        labels = [f"{label} ({i + 1})" for i, label in enumerate(labels)]
-    if arms is None and len(reports) == 2:
-        arms = ([0], [1])
-    verdict = None
-    if arms is not None:
-        baseline, candidate = ([reports[i] for i in arm] for arm in arms)
-        if not (baseline and candidate):
-            raise ValueError("a verdict needs at least one baseline run and one candidate run")
-        if arm_labels is None:
-            single = len(baseline) == len(candidate) == 1
-            arm_labels = (
-                (labels[arms[0][0]], labels[arms[1][0]])
-                if single
-                else (_arm_name(baseline, "baseline"), _arm_name(candidate, "candidate"))
-            )
-        verdict = compare_arms(
-            baseline,
-            candidate,
-            tuple(arm_labels),
-            scorer=scorer,
-            resamples=BOOTSTRAP_RESAMPLES if resamples is None else resamples,
-            seed=BOOTSTRAP_SEED if seed is None else seed,
-        )
-        LOG.info("verdict: %s", verdict["line"])
-    out_dir = prepare_output_dir(out_dir)
-    warnings = comparison_warnings(reports, labels)
-    for warning in warnings:
-        LOG.warning(warning)
-    written = {"markdown": out_dir / "comparison.md", "json": out_dir / "comparison.json"}
-    verdict_lines: list[str] = []
-    if verdict is not None:
-        forest = plot_forest(verdict, out_dir / FOREST_PLOT)
-        if forest is not None:
-            written["forest"] = forest
-        verdict_lines = verdict_markdown(verdict, forest.name if forest is not None else None)
-    elif len(reports) > 2:
-        verdict_lines = [
-            "No verdict: give two reports, or two arms (--baseline RUN ... --candidate RUN ...), for the paired "
-            "test; nothing below is in bold.",
-            "",
-        ]
-    winners = (verdict or {}).get("winners", {})
-    write_text_atomic(written["markdown"], comparison_markdown(reports, labels, verdict_lines, winners))
-    data_sets = dataset_entries(reports, labels, benchmarks=False)
-    plot_set = OVERALL if OVERALL in data_sets else next(iter(data_sets), None)
-    entries = data_sets[plot_set] if plot_set else [(label, r["overall"]) for label, r in zip(labels, reports)]
-    plot_name = plot_set or OVERALL
-    plots = {
-        "entropy_histogram": plot_entropy_histograms(
-            [(label, e.get("teacher_forced")) for label, e in entries],
-            out_dir / "entropy_histogram.png",
-            f"Teacher-forced digit entropy ({plot_name})",
-        ),
-        "place_accuracy": plot_place_accuracy(
-            [(label, e.get("generation"), e.get("teacher_forced")) for label, e in entries],
-            out_dir / "place_accuracy.png",
-            f"Per-place digit accuracy ({plot_name})",
-        ),
-    }
-    if any(benchmark_accuracies(r) for r in reports):
-        plots["benchmark_accuracy"] = plot_benchmark_accuracy(
-            [(label, benchmark_accuracies(r), (r.get("macc") or {}).get("value")) for label, r in zip(labels, reports)],
-            out_dir / "benchmark_accuracy.png",
-            "The paper's benchmarks: accuracy",
-        )
-    written.update({kind: path for kind, path in plots.items() if path is not None})
-    for name in (*PLOT_FILES, FOREST_PLOT):  # an earlier comparison's plot this one does not have
-        if out_dir / name not in written.values():
-            (out_dir / name).unlink(missing_ok=True)
-    summary = {
-        "schema": SCHEMA + "/comparison",
-        "warnings": warnings,
-        "verdict": verdict,
-        "models": [
-            {
-                "label": label,
-                "report": r.get("_path"),
-                "status": r.get("status"),
-                "model": r.get("model"),
-                "macc": r.get("macc"),
-                "datasets": {
-                    d["name"]: {
-                        "benchmark": d.get("benchmark"),
-                        "coverage": d.get("coverage"),
-                        "generation": d.get("generation"),
-                        "teacher_forced": d.get("teacher_forced"),
-                    }
-                    for d in r["datasets"]
-                },
-            }
-            for label, r in zip(labels, reports)
-        ],
-    }
-    write_json_atomic(written["json"], summary)
-    return written
-
-
-def _arm_name(reports: Sequence[dict], fallback: str) -> str:
-    """An arm's label: the name its runs share, else ``fallback``."""
-    names = {r.get("name") for r in reports}
-    return names.pop() if len(names) == 1 and None not in names else fallback

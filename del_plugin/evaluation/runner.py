@@ -245,8 +245,6 @@ def _generate(task: EvalTask, lm, prompt_format, settings: EvalSettings, report:
     started = time.perf_counter()
     metrics = GenerationMetrics(task.scoring)
     pot = settings.program_of_thought and task.runs_program_of_thought
-    if pot:
-        metrics.programs = ProgramCounts()
 
     def save(problem: Problem, verdict: Verdict, text: str, n_tokens: int, finished: bool, mode: str, program):
         metrics.add(verdict, problem.reference, n_tokens, finished, problem.id)
@@ -266,25 +264,7 @@ def _generate(task: EvalTask, lm, prompt_format, settings: EvalSettings, report:
     # (problem, the program-of-thought attempt it falls back from) for every problem chain-of-thought answers
     pending: list[tuple[Problem, dict | None]] = [(p, None) for p in task.problems]
     if pot:
-        pending = []
-        prompts = [prompt_format.prompt_ids(task.program_question(p)) for p in task.problems]
-        for indices, texts, lengths, finished in _generate_batches(
-            lm, prompts, settings, f"{task.name}: program-of-thought"
-        ):
-            problems = [task.problems[i] for i in indices]
-            sandbox = program_sandbox(settings.unsandboxed_programs)
-            outcomes = program_verdicts(task, problems, texts, settings.program_timeout_s, sandbox)
-            for problem, text, n_tokens, done, (verdict, program) in zip(problems, texts, lengths, finished, outcomes):
-                metrics.programs.asked += 1
-                metrics.programs.programs += int(program is not None)
-                metrics.programs.ran += int(program is not None and program["status"] == "ok")
-                if verdict.answered:
-                    metrics.programs.answered += 1
-                    save(problem, verdict, text, n_tokens, done, "program-of-thought", program)
-                else:
-                    metrics.programs.cot_fallback += 1
-                    pending.append((problem, {"output": text} | (program or {})))
-            report.set_generation(task.name, metrics)
+        pending = _program_of_thought(task, lm, prompt_format, settings, report, metrics, save)
     if pending:
         prompts = [prompt_format.prompt_ids(p.question, task.response_prefix) for p, _ in pending]
         desc = f"{task.name}: chain-of-thought" + (" fallback" if pot else "")
@@ -300,6 +280,33 @@ def _generate(task: EvalTask, lm, prompt_format, settings: EvalSettings, report:
             f"{task.name}: {metrics.cut} of {metrics.n} generations hit --max-new-tokens {settings.max_new_tokens} "
             "before ending; their answers may be cut off"
         )
+
+
+def _program_of_thought(
+    task: EvalTask, lm, prompt_format, settings: EvalSettings, report: RunReport, metrics: GenerationMetrics, save
+) -> list[tuple[Problem, dict]]:
+    """Ask every problem of the set for a program and run those written; ``save`` the problems they answer, count
+    the programs in ``metrics``. Returns the problems left to chain-of-thought, each with its attempt."""
+    metrics.programs = ProgramCounts()
+    pending = []
+    prompts = [prompt_format.prompt_ids(task.program_question(p)) for p in task.problems]
+    batches = _generate_batches(lm, prompts, settings, f"{task.name}: program-of-thought")
+    for indices, texts, lengths, finished in batches:
+        problems = [task.problems[i] for i in indices]
+        sandbox = program_sandbox(settings.unsandboxed_programs)
+        outcomes = program_verdicts(task, problems, texts, settings.program_timeout_s, sandbox)
+        for problem, text, n_tokens, done, (verdict, program) in zip(problems, texts, lengths, finished, outcomes):
+            metrics.programs.asked += 1
+            metrics.programs.programs += int(program is not None)
+            metrics.programs.ran += int(program is not None and program["status"] == "ok")
+            if verdict.answered:
+                metrics.programs.answered += 1
+                save(problem, verdict, text, n_tokens, done, "program-of-thought", program)
+            else:
+                metrics.programs.cot_fallback += 1
+                pending.append((problem, {"output": text} | (program or {})))
+        report.set_generation(task.name, metrics)
+    return pending
 
 
 def read_generations(out_dir: str | Path) -> list[dict]:

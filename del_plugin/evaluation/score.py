@@ -98,13 +98,7 @@ def score_predictions(
     require_eval_extra()
     if unsandboxed_programs and not program_of_thought:
         raise UsageError("--unsandboxed-programs needs --program-of-thought")
-    task = benchmark_task(benchmark, benchmark_dir, None)
-    if program_of_thought and not task.runs_program_of_thought:
-        runs = ", ".join(b.name for b in BENCHMARKS.values() if b.program_of_thought)
-        raise UsageError(
-            f"--program-of-thought: {task.name} is asked as chain-of-thought, never as a program (the paper runs "
-            f"programs for {runs} only); score it without --program-of-thought"
-        )
+    task = _benchmark_task(benchmark, benchmark_dir, program_of_thought)
     sandbox = program_sandbox(unsandboxed_programs) if program_of_thought else None  # before any program runs
     refuse_modified_sets([task], allow_modified)
     outputs = read_predictions(predictions, len(task.problems))
@@ -140,6 +134,19 @@ def score_predictions(
     with report.scoring():
         score_outputs(task, outputs, report, program_of_thought, program_timeout_s, sandbox)
     return report.data
+
+
+def _benchmark_task(benchmark: str, benchmark_dir: str | Path | None, program_of_thought: bool) -> EvalTask:
+    """The task of ``benchmark``, all its problems; ``program_of_thought`` on a set the paper asks as
+    chain-of-thought is a UsageError."""
+    task = benchmark_task(benchmark, benchmark_dir, None)
+    if program_of_thought and not task.runs_program_of_thought:
+        runs = ", ".join(b.name for b in BENCHMARKS.values() if b.program_of_thought)
+        raise UsageError(
+            f"--program-of-thought: {task.name} is asked as chain-of-thought, never as a program (the paper runs "
+            f"programs for {runs} only); score it without --program-of-thought"
+        )
+    return task
 
 
 def answer_key(task: EvalTask) -> list[str]:

@@ -1,4 +1,5 @@
-"""Markdown tables of reports: one run (``report.md``) and several side by side (``comparison.md``).
+"""Markdown tables of one run (``report.md``), and the cells and columns they share with the side-by-side tables
+of several (``comparison.md``, :mod:`.comparison_tables`).
 
 The paper's benchmarks get their own table, in the paper's column order with mACC last; ``--data`` files keep
 the detailed table (accuracy, MAE, teacher-forced digit metrics) and the per-place tables."""
@@ -11,7 +12,28 @@ from collections.abc import Sequence
 from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
 from .stats import accuracy_se
 
-__all__ = ["OVERALL", "comparison_markdown", "comparison_warnings", "is_partial", "report_markdown"]
+__all__ = [
+    "BENCHMARK_COLUMNS",
+    "DATA_FILE_COLUMNS",
+    "OVERALL",
+    "TF_COLUMNS",
+    "benchmark_accuracies",
+    "benchmark_cells",
+    "benchmark_title",
+    "coverage_text",
+    "data_file_cells",
+    "fmt",
+    "has_teacher_forced",
+    "is_partial",
+    "markdown_table",
+    "model_line",
+    "place_sections",
+    "report_markdown",
+    "teacher_forced_cells",
+    "teacher_forced_note",
+    "teacher_forced_place_table",
+    "without_math_verify",
+]
 
 OVERALL = "all sets"
 MATH_VERIFY_COLUMN = "math-verify"
@@ -41,7 +63,8 @@ def fmt_se(generation: dict) -> str:
     return "–" if se is None else f"{100 * se:.1f}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A markdown table's lines."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
@@ -54,7 +77,8 @@ def is_partial(entry: dict) -> bool:
     return bool(cover) and cover["problems"] < cover["total"]
 
 
-def _coverage_text(entry: dict) -> str:
+def coverage_text(entry: dict) -> str:
+    """``problems of total`` a benchmark's entry scored."""
     cover = entry.get("coverage") or {}
     return f"{cover.get('problems', 0):,} of {cover.get('total', 0):,}"
 
@@ -68,7 +92,7 @@ def benchmark_title(entry: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------- --data files
 
-_COLUMNS = (
+DATA_FILE_COLUMNS = (
     "problems",
     "accuracy",
     "± SE",
@@ -81,7 +105,8 @@ _COLUMNS = (
 )
 
 
-def _summary_cells(entry: dict) -> dict[str, str]:
+def data_file_cells(entry: dict) -> dict[str, str]:
+    """A ``--data`` file's cells (or the pooled sets'), by column of :data:`DATA_FILE_COLUMNS`."""
     gen = entry.get("generation") or {}
     tf = entry.get("teacher_forced") or {}
     return {
@@ -108,7 +133,7 @@ def _place_rows(entries: Sequence[tuple[str, dict]], section: str, key: str) -> 
     return [f"10^{p}" for p in places], rows
 
 
-def _place_sections(entries, first_column: str, heading: str) -> list[str]:
+def place_sections(entries, first_column: str, heading: str) -> list[str]:
     """The per-place digit-accuracy tables (generated answers, teacher-forced), those that have rows."""
     lines: list[str] = []
     for title, section, key in (
@@ -117,22 +142,13 @@ def _place_sections(entries, first_column: str, heading: str) -> list[str]:
     ):
         header, rows = _place_rows(entries, section, key)
         if rows:
-            lines += ["", f"{heading} {title}", ""] + _table([first_column] + header, rows)
+            lines += ["", f"{heading} {title}", ""] + markdown_table([first_column] + header, rows)
     return lines
-
-
-def _bold_resolved(entries: list[tuple[str, dict]], rows: list[list[str]], winners: dict[str, str]) -> None:
-    """Bold the cells of ``winners`` (``{column: label}``): the differences the paired tests resolve."""
-    for column, label in winners.items():
-        col = 1 + _COLUMNS.index(column)
-        for row, (row_label, _) in zip(rows, entries):
-            if row_label == label and row[col] != fmt(None):
-                row[col] = f"**{row[col]}**"
 
 
 # ---------------------------------------------------------------------------------------------- benchmarks
 
-_BENCHMARK_COLUMNS = (
+BENCHMARK_COLUMNS = (
     "problems",
     "accuracy",
     "± SE",
@@ -153,7 +169,8 @@ def without_math_verify(entries: Sequence[dict], header: Sequence[str], rows: li
     return [h for i, h in enumerate(header) if i != col], [[c for i, c in enumerate(r) if i != col] for r in rows]
 
 
-def _benchmark_cells(entry: dict) -> list[str]:
+def benchmark_cells(entry: dict) -> list[str]:
+    """A benchmark's cells, in the order of :data:`BENCHMARK_COLUMNS`."""
     gen = entry.get("generation") or {}
     problems = fmt(gen.get("n", 0), "int")
     if is_partial(entry):
@@ -181,7 +198,7 @@ def _program_lines(entries: Sequence[dict]) -> list[str]:
     if not rows:
         return []
     header = ["set", "asked", "wrote a program", "program ran", "answered", "chain-of-thought fallback"]
-    return ["", "Program-of-thought:", ""] + _table(header, rows)
+    return ["", "Program-of-thought:", ""] + markdown_table(header, rows)
 
 
 MATH_VERIFY_NOTE = (
@@ -213,7 +230,7 @@ def _benchmark_section(report: dict) -> list[str]:
     if not entries:
         return []
     entries.sort(key=lambda e: BENCHMARK_NAMES.index(e["benchmark"]))
-    rows = [[benchmark_title(e)] + _benchmark_cells(e) for e in entries]
+    rows = [[benchmark_title(e)] + benchmark_cells(e) for e in entries]
     macc = report.get("macc")
     if macc and macc.get("value") is not None:
         ses = [
@@ -230,7 +247,7 @@ def _benchmark_section(report: dict) -> list[str]:
     lines = ["", "## The paper's benchmarks", ""]
     if limit:
         lines += [f"The first {limit} problems of each set.", ""]
-    lines += _table(*without_math_verify(entries, ["set", *_BENCHMARK_COLUMNS], rows))
+    lines += markdown_table(*without_math_verify(entries, ["set", *BENCHMARK_COLUMNS], rows))
     notes = [SE_LEGEND, *benchmark_notes(entries)]
     if notes:
         lines += [""] + notes
@@ -239,58 +256,48 @@ def _benchmark_section(report: dict) -> list[str]:
 
 # ------------------------------------------------------------------------------ benchmarks, teacher-forced
 
-_TF_COLUMNS = ("digits", "TF digit accuracy", "TF digit entropy (nats)")
+TF_COLUMNS = ("digits", "TF digit accuracy", "TF digit entropy (nats)")
 
 
 def _paper_order(entry: dict) -> int:
     return BENCHMARK_NAMES.index(entry["benchmark"])
 
 
-def _teacher_forced_note(entries: Sequence[dict]) -> str:
-    without = sorted({e["benchmark"] for e in entries if not _has_teacher_forced(e)}, key=BENCHMARK_NAMES.index)
+def teacher_forced_note(entries: Sequence[dict]) -> str:
+    """What TF means, and which of the benchmarks have no solutions to score."""
+    without = sorted({e["benchmark"] for e in entries if not has_teacher_forced(e)}, key=BENCHMARK_NAMES.index)
     none = f"; {', '.join(BENCHMARKS[n].title for n in without)}: no solutions to score" if without else ""
     return f"TF = teacher-forced on the sets' reference solutions (digit targets only){none}."
 
 
-def _has_teacher_forced(entry: dict) -> bool:
+def has_teacher_forced(entry: dict) -> bool:
+    """Whether an entry has teacher-forced digit metrics."""
     return bool((entry.get("teacher_forced") or {}).get("digits"))
 
 
-def _teacher_forced_cells(entry: dict) -> list[str]:
+def teacher_forced_cells(entry: dict) -> list[str]:
+    """An entry's teacher-forced cells, in the order of :data:`TF_COLUMNS`."""
     tf = entry.get("teacher_forced") or {}
     return [fmt(tf.get("digits"), "int"), fmt(tf.get("digit_accuracy"), "pct"), fmt(tf.get("mean_entropy"))]
 
 
-def _teacher_forced_place_table(entries: Sequence[tuple[str, dict]], first_column: str) -> list[str]:
+def teacher_forced_place_table(entries: Sequence[tuple[str, dict]], first_column: str) -> list[str]:
+    """The per-place teacher-forced digit accuracy of ``(label, entry)`` pairs; none without data."""
     header, rows = _place_rows(entries, "teacher_forced", "places")
-    return ["", "Per-place teacher-forced digit accuracy:", ""] + _table([first_column] + header, rows) if rows else []
+    if not rows:
+        return []
+    return ["", "Per-place teacher-forced digit accuracy:", ""] + markdown_table([first_column] + header, rows)
 
 
 def _benchmark_teacher_forced_section(report: dict) -> list[str]:
     """report.md: the teacher-forced digit accuracy and entropy of the benchmarks scored on their solutions."""
     benchmarks = sorted((e for e in report["datasets"] if e.get("benchmark")), key=_paper_order)
-    entries = [(benchmark_title(e), e) for e in benchmarks if _has_teacher_forced(e)]
+    entries = [(benchmark_title(e), e) for e in benchmarks if has_teacher_forced(e)]
     if not entries:
         return []
-    rows = [[label] + _teacher_forced_cells(e) for label, e in entries]
-    lines = ["", "### Teacher-forced digit metrics", ""] + _table(["set", *_TF_COLUMNS], rows)
-    return lines + ["", _teacher_forced_note(benchmarks)] + _teacher_forced_place_table(entries, "set")
-
-
-def _benchmark_teacher_forced_comparison(reports: Sequence[dict], labels: Sequence[str]) -> list[str]:
-    """comparison.md: per benchmark, each model's teacher-forced digit accuracy and entropy."""
-    lines: list[str] = []
-    every = dataset_entries(reports, labels, benchmarks=True).values()
-    for entries in every:
-        entries = [(label, e) for label, e in entries if _has_teacher_forced(e)]
-        if entries:
-            rows = [[label] + _teacher_forced_cells(e) for label, e in entries]
-            lines += ["", f"### {benchmark_title(entries[0][1])}", ""] + _table(["model", *_TF_COLUMNS], rows)
-            lines += _teacher_forced_place_table(entries, "model")
-    if not lines:
-        return []
-    note = _teacher_forced_note([e for entries in every for _, e in entries])
-    return ["", "## The paper's benchmarks: teacher-forced digit metrics", "", note] + lines
+    rows = [[label] + teacher_forced_cells(e) for label, e in entries]
+    lines = ["", "### Teacher-forced digit metrics", ""] + markdown_table(["set", *TF_COLUMNS], rows)
+    return lines + ["", teacher_forced_note(benchmarks)] + teacher_forced_place_table(entries, "set")
 
 
 # ---------------------------------------------------------------------------------------------- one report
@@ -303,7 +310,8 @@ def _sandbox_clause(settings: dict) -> str:
     return " Programs ran without a sandbox." if sandbox == "none" else f" Programs ran in the {sandbox} sandbox."
 
 
-def _model_line(report: dict) -> str:
+def model_line(report: dict) -> str:
+    """What a report scored: the model with its prompt format, dtype and device, or the generations file."""
     model = report.get("model") or {}
     settings = report.get("settings") or {}
     what = (model.get("base") or model.get("path") or "?") + (
@@ -322,7 +330,7 @@ def _model_line(report: dict) -> str:
 
 
 def report_markdown(report: dict) -> str:
-    lines = [f"# del-eval: {report.get('name')}", "", _model_line(report)]
+    lines = [f"# del-eval: {report.get('name')}", "", model_line(report)]
     if report.get("status") != "complete":
         lines += [
             "",
@@ -337,12 +345,12 @@ def report_markdown(report: dict) -> str:
         if len(data_entries) > 1 and not with_benchmarks:
             data_entries.append((OVERALL, report["overall"]))
         lines += ["", "## Data files", ""] if with_benchmarks else [""]
-        rows = [[n] + [_summary_cells(e)[c] for c in _COLUMNS] for n, e in data_entries]
-        lines += _table(*without_math_verify([e for _, e in data_entries], ["set", *_COLUMNS], rows))
+        rows = [[n] + [data_file_cells(e)[c] for c in DATA_FILE_COLUMNS] for n, e in data_entries]
+        lines += markdown_table(*without_math_verify([e for _, e in data_entries], ["set", *DATA_FILE_COLUMNS], rows))
         lines += ["", f"TF = teacher-forced on the reference solutions (digit targets only). {SE_LEGEND}"]
         if any(e.get("math_verify") for _, e in data_entries):
             lines += ["", MATH_VERIFY_NOTE]
-        lines += _place_sections(data_entries, "set", "##")
+        lines += place_sections(data_entries, "set", "##")
     warnings = report.get("warnings") or []
     if warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
@@ -355,22 +363,6 @@ def report_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------------------------------------- side by side
-
-
-def dataset_entries(reports: Sequence[dict], labels: Sequence[str], benchmarks: bool) -> dict[str, list]:
-    """``{set name: [(label, entry), ...]}`` over ``reports``: the benchmarks, or the other sets (with the pooled
-    ``all sets`` when there are several)."""
-    by_set: dict[str, list[tuple[str, dict]]] = {}
-    for label, report in zip(labels, reports):
-        for d in report["datasets"]:
-            if bool(d.get("benchmark")) == benchmarks:
-                by_set.setdefault(d["name"], []).append((label, d))
-    if not benchmarks and len(by_set) > 1:
-        by_set[OVERALL] = [(label, r["overall"]) for label, r in zip(labels, reports)]
-    return by_set
-
-
 def benchmark_accuracies(report: dict) -> dict[str, float]:
     """``{benchmark name: accuracy}`` of a report's benchmarks that have one."""
     return {
@@ -378,133 +370,3 @@ def benchmark_accuracies(report: dict) -> dict[str, float]:
         for d in report["datasets"]
         if d.get("benchmark") and (d.get("generation") or {}).get("accuracy") is not None
     }
-
-
-def _benchmark_entry(report: dict, name: str) -> dict | None:
-    return next(
-        (
-            d
-            for d in report["datasets"]
-            if d.get("benchmark") == name and (d.get("generation") or {}).get("accuracy") is not None
-        ),
-        None,
-    )
-
-
-def _problems_key(entry: dict, report: dict) -> tuple:
-    """Which problems of its set ``entry`` scored: its coverage (size and ids), or for a report that does not record
-    it (schema del-eval/1, older /2) its ``--limit``."""
-    cover = entry.get("coverage")
-    if cover:
-        return (cover["total"], cover["ids_sha256"])
-    return ("limit", (report.get("settings") or {}).get("limit"))
-
-
-def _comparability(reports: Sequence[dict], labels: Sequence[str]) -> tuple[set[str], bool, list[str]]:
-    """Which columns of the paper's table may be ranked: the benchmarks every report scored on the same problems,
-    and mACC when every report averages the same sets, each so ranked; with the warnings that say why not, and
-    which sets were scored in part."""
-    present = [n for n in BENCHMARK_NAMES if any(n in benchmark_accuracies(r) for r in reports)]
-    ranked: set[str] = set()
-    warnings: list[str] = []
-    partial = []
-    for name in present:
-        entries = [(label, r, e) for label, r in zip(labels, reports) if (e := _benchmark_entry(r, name))]
-        if len({_problems_key(e, r) for _, r, e in entries}) > 1:
-            scored = "; ".join(
-                f"{label}: {_coverage_text(e) if e.get('coverage') else 'limit ' + str(_problems_key(e, r)[1])}"
-                for label, r, e in entries
-            )
-            warnings.append(f"{BENCHMARKS[name].title} is not ranked: the reports scored different problems ({scored})")
-            continue
-        ranked.add(name)
-        if is_partial(entries[0][2]):
-            partial.append(f"{BENCHMARKS[name].title} {_coverage_text(entries[0][2])}")
-    if partial:
-        warnings.append(
-            f"partial coverage: {', '.join(partial)} problems (the same in every report that has the set); "
-            "mACC and the accuracies are over those problems only"
-        )
-    maccs = [(label, r["macc"]) for label, r in zip(labels, reports) if r.get("macc")]
-    macc_ranked = True
-    if len({tuple(m["sets"]) for _, m in maccs}) > 1:
-        sets = "; ".join(f"{label}: {', '.join(m['sets'])}" for label, m in maccs)
-        warnings.append(f"mACC is not ranked: the reports average different sets ({sets})")
-        macc_ranked = False
-    elif maccs and not set(maccs[0][1]["sets"]) <= ranked:
-        warnings.append("mACC is not ranked: some of its sets were scored on different problems (above)")
-        macc_ranked = False
-    return ranked, macc_ranked, warnings
-
-
-def comparison_warnings(reports: Sequence[dict], labels: Sequence[str]) -> list[str]:
-    """What a reader of the side-by-side table must know: columns not ranked (different sets or problems) and
-    partial coverage."""
-    return _comparability(reports, labels)[2] if len(reports) > 1 else []
-
-
-def _paper_table(reports: Sequence[dict], labels: Sequence[str], winners: dict[str, str]) -> list[str]:
-    """Models x benchmarks accuracy, the paper's column order, mACC last, in bold the better of two models where the
-    paired test resolves the difference (``winners``: ``{set name or "macc": label}``) and the column is comparable
-    (:func:`_comparability`), the warnings below."""
-    present = [n for n in BENCHMARK_NAMES if any(n in benchmark_accuracies(r) for r in reports)]
-    if not present:
-        return []
-    columns = [BENCHMARKS[n].title for n in present]
-    maccs = [r.get("macc") or {} for r in reports]
-    macc_labels = {m.get("label") for m in maccs if m.get("label")}
-    macc_title = macc_labels.pop() if len(macc_labels) == 1 else "mACC"
-    values = [[benchmark_accuracies(r).get(n) for n in present] + [m.get("value")] for r, m in zip(reports, maccs)]
-    rows = [[label] + [fmt(v, "pct") for v in row] for label, row in zip(labels, values)]
-    warnings: list[str] = []
-    if len(reports) > 1:
-        ranked, macc_ranked, warnings = _comparability(reports, labels)
-        comparable = [n in ranked for n in present] + [macc_ranked]
-        for col, name in enumerate([*present, "macc"]):
-            for label, row, cells in zip(labels, values, rows):
-                if comparable[col] and row[col] is not None and winners.get(name) == label:
-                    cells[col + 1] = f"**{cells[col + 1]}**"
-    lines = ["", "## The paper's benchmarks: accuracy", ""] + _table(["model", *columns, macc_title], rows)
-    if warnings:
-        lines += [""] + [f"**{w}**" for w in warnings]
-    return lines
-
-
-def comparison_markdown(
-    reports: Sequence[dict],
-    labels: Sequence[str],
-    verdict_lines: Sequence[str] = (),
-    winners: dict[str, dict[str, str]] | None = None,
-) -> str:
-    """comparison.md: the verdict (``verdict_lines``) first, then the reports side by side; ``winners``: per set
-    (and ``macc``), ``{column: label}`` of the differences the paired tests resolve, the only cells in bold."""
-    winners = winners or {}
-    lines = ["# del-eval: side by side", "", *verdict_lines]
-    if verdict_lines:
-        lines += ["## The runs", ""]
-    for label, report in zip(labels, reports):
-        status = "" if report.get("status") == "complete" else f" **({report.get('status')})**"
-        lines.append(f"- **{label}**{status}: {_model_line(report)}")
-    paper_winners = {name: w["accuracy"] for name, w in winners.items() if "accuracy" in w}
-    lines += _paper_table(reports, labels, paper_winners)
-    for entries in dataset_entries(reports, labels, benchmarks=True).values():
-        rows = [[label] + _benchmark_cells(e) for label, e in entries]
-        header, rows = without_math_verify([e for _, e in entries], ["model", *_BENCHMARK_COLUMNS], rows)
-        lines += ["", f"### {benchmark_title(entries[0][1])}", ""] + _table(header, rows)
-    lines += _benchmark_teacher_forced_comparison(reports, labels)
-    data = dataset_entries(reports, labels, benchmarks=False)
-    for set_name, entries in data.items():
-        rows = [[label] + [_summary_cells(e)[c] for c in _COLUMNS] for label, e in entries]
-        _bold_resolved(entries, rows, winners.get(set_name, {}))
-        header, rows = without_math_verify([e for _, e in entries], ["model", *_COLUMNS], rows)
-        lines += ["", f"## {set_name}", ""] + _table(header, rows)
-        lines += _place_sections(entries, "model", "###")
-    if data:
-        lines += [
-            "",
-            "In bold: the better of two models where a paired test resolves the difference (accuracy: the verdict's "
-            "bootstrap interval and McNemar test; MAE, log-MAE, TF digit accuracy: the exact sign test over the "
-            "problems, p < 0.05); nothing is bold inside the noise. TF = teacher-forced on the reference solutions. "
-            "Entropy is not ranked: lower means more confident, not more correct.",
-        ]
-    return "\n".join(lines) + "\n"

@@ -6,7 +6,8 @@ scored (read from each report's ``generations.jsonl``). Per set: each arm's accu
 exact p on the discordant pairs (Holm-adjusted over the sets) and the smallest difference this sample detects;
 then the same for the mean over sets (mACC over the paper's benchmarks), and one verdict line. A difference is
 *resolved* when its interval excludes zero (and, for a set, its Holm-adjusted p is below 0.05): only then is a
-side named better, in words or in bold."""
+side named better, in words or in bold. How the verdict reads (its line, its markdown section, its forest plot):
+:mod:`.verdict_report`."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from .stats import (
     paired_bootstrap,
     sign_test_p,
 )
+from .verdict_report import plot_forest, verdict_line, verdict_markdown
 
 __all__ = ["SCORERS", "compare_arms", "plot_forest", "problem_correct", "verdict_markdown"]
 
@@ -155,14 +157,6 @@ def _discordant(base: np.ndarray, cand: np.ndarray) -> dict | None:
     }
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
-
-
-def _signed(x: float) -> str:
-    return f"{100 * x:+.1f}"
-
-
 def compare_arms(
     baseline: Sequence[dict],
     candidate: Sequence[dict],
@@ -178,69 +172,120 @@ def compare_arms(
     if scorer not in SCORERS:
         raise UsageError(f"--scorer {scorer}: choose one of {', '.join(SCORERS)}")
     base_label, cand_label = labels
-    result: dict = {
+    result = _untested_verdict(baseline, candidate, labels, scorer=scorer, resamples=resamples, seed=seed)
+    runs = [*baseline, *candidate]
+    try:
+        tables, records = _verdicts_by_problem(runs, scorer)
+    except FileNotFoundError as err:
+        result["line"] = (
+            f"{cand_label} - {base_label}: cannot be tested: {err} is missing, and without each problem's "
+            "verdict the runs cannot be paired (del-eval writes generations.jsonl beside report.json: compare "
+            "the folders it wrote)"
+        )
+        return result
+    titles = _set_titles(runs)
+    paired = _paired_sets(tables, runs, titles, result["notes"])
+    if not paired:
+        result["line"] = f"{cand_label} - {base_label}: cannot be tested: no set has problems that every run scored" + (
+            f" ({'; '.join(result['notes'])})" if result["notes"] else ""
+        )
+        return result
+    single = len(baseline) == 1 and len(candidate) == 1
+    sets, boot = _set_differences(paired, tables, titles, len(baseline), single, resamples=resamples, seed=seed)
+    _resolve(sets, labels)
+    result["sets"] = sets
+    result["summary"] = _summary(sets, boot, single, labels)
+    result["line"] = verdict_line(result)
+    # the cells the side-by-side tables may put in bold: two runs, differences the paired tests resolve
+    result["winners"] = _winners(sets, result["summary"], records, labels) if single else {}
+    for s in sets:
+        s.pop("_se_null")
+    return result
+
+
+def _untested_verdict(
+    baseline: Sequence[dict],
+    candidate: Sequence[dict],
+    labels: tuple[str, str],
+    *,
+    scorer: str,
+    resamples: int,
+    seed: int,
+) -> dict:
+    """The verdict before any set is compared: how it is made, the two arms' runs."""
+    return {
         "method": METHOD.format(confidence=CONFIDENCE, resamples=resamples, seed=seed, power=POWER),
         "scorer": scorer,
         "confidence": CONFIDENCE,
         "power": POWER,
         "resamples": resamples,
         "seed": seed,
-        "baseline": {"label": base_label, "runs": [r.get("_path") for r in baseline]},
-        "candidate": {"label": cand_label, "runs": [r.get("_path") for r in candidate]},
+        "baseline": {"label": labels[0], "runs": [r.get("_path") for r in baseline]},
+        "candidate": {"label": labels[1], "runs": [r.get("_path") for r in candidate]},
         "sets": [],
         "summary": None,
         "notes": [],
         "winners": {},
     }
-    runs = [*baseline, *candidate]
+
+
+def _verdicts_by_problem(runs: Sequence[dict], scorer: str) -> tuple[list[dict], list[dict]]:
+    """Per run, ``{set name: {problem id: right under scorer}}`` and ``{set name: {problem id: record}}``, read from
+    its generations.jsonl (FileNotFoundError naming the file when it is missing)."""
     tables, records = [], []
     for report in runs:
-        try:
-            by_set, path = _records(report)
-            records.append(by_set)
-            tables.append(
-                {name: {i: problem_correct(r, scorer, path) for i, r in rows.items()} for name, rows in by_set.items()}
-            )
-        except FileNotFoundError as err:
-            result["line"] = (
-                f"{cand_label} - {base_label}: cannot be tested: {err} is missing, and without each problem's "
-                "verdict the runs cannot be paired (del-eval writes generations.jsonl beside report.json: compare "
-                "the folders it wrote)"
-            )
-            return result
-    titles = _set_titles(runs)
-    names = sorted(set().union(*tables), key=_order)
+        by_set, path = _records(report)
+        records.append(by_set)
+        tables.append(
+            {name: {i: problem_correct(r, scorer, path) for i, r in rows.items()} for name, rows in by_set.items()}
+        )
+    return tables, records
+
+
+def _paired_sets(
+    tables: Sequence[dict], runs: Sequence[dict], titles: dict[str, tuple[str, bool]], notes: list[str]
+) -> list[tuple[str, list[int]]]:
+    """``(set name, problem ids)`` of the sets every run scored, on the problems every run scored; what is left out
+    goes to ``notes``."""
     paired: list[tuple[str, list[int]]] = []
-    for name in names:
+    for name in sorted(set().union(*tables), key=_order):
         title = titles.get(name, (name, False))[0]
         present = [name in t for t in tables]
         if not all(present):
             missing = [r.get("name") or r.get("_path") for r, p in zip(runs, present) if not p]
-            result["notes"].append(f"{title}: not in every run ({', '.join(map(str, missing))} lack it); not compared")
+            notes.append(f"{title}: not in every run ({', '.join(map(str, missing))} lack it); not compared")
             continue
         ids = sorted(set.intersection(*(set(t[name]) for t in tables)))
         union = set().union(*(t[name] for t in tables))
         if not ids:
-            result["notes"].append(f"{title}: the runs scored no problem in common; not compared")
+            notes.append(f"{title}: the runs scored no problem in common; not compared")
             continue
         if len(union) > len(ids):
-            result["notes"].append(
+            notes.append(
                 f"{title}: paired on the {len(ids):,} problems every run scored; {len(union) - len(ids):,} scored by "
                 "some runs only are left out"
             )
         paired.append((name, ids))
-    if not paired:
-        result["line"] = f"{cand_label} - {base_label}: cannot be tested: no set has problems that every run scored" + (
-            f" ({'; '.join(result['notes'])})" if result["notes"] else ""
-        )
-        return result
+    return paired
 
+
+def _set_differences(
+    paired: Sequence[tuple[str, list[int]]],
+    tables: Sequence[dict],
+    titles: dict[str, tuple[str, bool]],
+    n_baseline: int,
+    single: bool,
+    *,
+    resamples: int,
+    seed: int,
+) -> tuple[list[dict], Bootstrap]:
+    """Per paired set, each arm's accuracy and the difference with its interval, McNemar's p and the detectable
+    difference (the Holm adjustment and the resolution come after: :func:`_resolve`); and the bootstrap."""
     arms = []
     for name, ids in paired:
         matrix = np.array([[t[name][i] for i in ids] for t in tables], dtype=np.float64)
-        arms.append(ArmOutcomes(matrix[: len(baseline)], matrix[len(baseline) :]))
+        arms.append(ArmOutcomes(matrix[:n_baseline], matrix[n_baseline:]))
     boot = paired_bootstrap(arms, resamples=resamples, seed=seed)
-    single = len(baseline) == 1 and len(candidate) == 1
     sets = []
     for k, ((name, ids), outcomes) in enumerate(zip(paired, arms)):
         diff = float(outcomes.candidate.mean() - outcomes.baseline.mean())
@@ -270,6 +315,12 @@ def compare_arms(
                 "_se_null": se_null,
             }
         )
+    return sets, boot
+
+
+def _resolve(sets: list[dict], labels: tuple[str, str]) -> None:
+    """Holm-adjust the sets' McNemar p; a set's difference is resolved when its interval excludes zero and its
+    adjusted p (where there is one) is below 0.05, and then the better arm is named."""
     tested = [s for s in sets if s["p"] is not None]
     for s, adjusted in zip(tested, holm([s["p"] for s in tested])):
         s["holm_p"] = adjusted
@@ -278,23 +329,20 @@ def compare_arms(
         d = s["difference"]
         excludes_zero = d["low"] > 0 or d["high"] < 0
         s["resolved"] = bool(excludes_zero and (s["holm_p"] is None or s["holm_p"] < ALPHA))
-        s["better"] = (cand_label if d["value"] > 0 else base_label) if s["resolved"] else None
-    result["sets"] = sets
-    result["summary"] = _summary(sets, boot, single)
-    result["line"] = _verdict_line(result, base_label, cand_label)
-    # the cells the side-by-side tables may put in bold: two runs, differences the paired tests resolve
+        s["better"] = (labels[1] if d["value"] > 0 else labels[0]) if s["resolved"] else None
+
+
+def _winners(sets: Sequence[dict], summary: dict, records: Sequence[dict], labels: tuple[str, str]) -> dict:
+    """Of two runs, ``{set name or "macc": {column: label}}``: the cells the side-by-side tables may put in bold,
+    the differences the paired tests resolve."""
     winners: dict[str, dict[str, str]] = {}
-    if single:
-        for s in sets:
-            winners[s["name"]] = _sign_tested_winners(records[0][s["name"]], records[1][s["name"]], labels)
-            if s["better"]:
-                winners[s["name"]]["accuracy"] = s["better"]
-        if result["summary"]["better"] and all(s["benchmark"] for s in sets):  # the reports' mACC column
-            winners["macc"] = {"accuracy": result["summary"]["better"]}
-    result["winners"] = winners
     for s in sets:
-        s.pop("_se_null")
-    return result
+        winners[s["name"]] = _sign_tested_winners(records[0][s["name"]], records[1][s["name"]], labels)
+        if s["better"]:
+            winners[s["name"]]["accuracy"] = s["better"]
+    if summary["better"] and all(s["benchmark"] for s in sets):  # the reports' mACC column
+        winners["macc"] = {"accuracy": summary["better"]}
+    return winners
 
 
 def _summary_name(sets: Sequence[dict]) -> str:
@@ -305,9 +353,9 @@ def _summary_name(sets: Sequence[dict]) -> str:
     return f"mean accuracy over {len(sets)} sets"
 
 
-def _summary(sets: list[dict], boot: Bootstrap, single: bool) -> dict:
+def _summary(sets: list[dict], boot: Bootstrap, single: bool, labels: tuple[str, str]) -> dict:
     """The mean over the sets (mACC when they are the paper's benchmarks), its difference bootstrapped stratified
-    by set."""
+    by set, and the better arm where it is resolved."""
     if len(sets) == 1:
         only = sets[0]
         return {
@@ -336,7 +384,7 @@ def _summary(sets: list[dict], boot: Bootstrap, single: bool) -> dict:
             se = float(resampled.std(ddof=1))
         return {"accuracy": sum(s[side]["accuracy"] for s in sets) / k, "se": se, "low": b_low, "high": b_high}
 
-    resolved = low > 0 or high < 0
+    resolved = bool(low > 0 or high < 0)
     return {
         "name": _summary_name(sets),
         "sets": [s["name"] for s in sets],
@@ -344,141 +392,6 @@ def _summary(sets: list[dict], boot: Bootstrap, single: bool) -> dict:
         "candidate": arm("candidate", boot.mean_candidate),
         "difference": {"value": diff, "low": low, "high": high, "se": float(boot.mean_difference.std(ddof=1))},
         "detectable": detectable_difference(se_null),
-        "resolved": bool(resolved),
-        "better": None,
+        "resolved": resolved,
+        "better": (labels[1] if diff > 0 else labels[0]) if resolved else None,
     }
-
-
-def _verdict_line(result: dict, base_label: str, cand_label: str) -> str:
-    summary = result["summary"]
-    d = summary["difference"]
-    if len(result["sets"]) > 1:
-        summary["better"] = (cand_label if d["value"] > 0 else base_label) if summary["resolved"] else None
-    head = (
-        f"{cand_label} - {base_label}: {_signed(d['value'])} {summary['name']} points "
-        f"[{_signed(d['low'])}, {_signed(d['high'])}]"
-    )
-    if summary["resolved"]:
-        line = f"{head}, resolved: {summary['better']} is better"
-        if len(result["sets"]) > 1:
-            won = [f"{s['title']} for {s['better']}" for s in result["sets"] if s["resolved"]]
-            line += f" (sets resolved on their own: {', '.join(won)})" if won else " (no set resolved on its own)"
-        return line
-    return (
-        f"{head}, not resolved: this sample resolves about +/-{100 * summary['detectable']:.1f}; score more "
-        "problems (a larger --limit, or none) or more seeds"
-    )
-
-
-# ---------------------------------------------------------------------------------------------- markdown, plot
-
-
-def _arm_cell(arm: dict) -> str:
-    se = "" if arm["se"] is None else f" ± {_pct(arm['se'])}"
-    return f"{_pct(arm['accuracy'])}{se}"
-
-
-def _p_cell(s: dict) -> str:
-    if s.get("p") is None:
-        return "–"
-
-    def fmt(p: float) -> str:
-        return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
-
-    c = s["discordant"]
-    return f"{fmt(s['p'])} ({fmt(s['holm_p'])}); {c['candidate_only']}/{c['baseline_only']}"
-
-
-def verdict_markdown(verdict: dict, forest: str | None = None) -> list[str]:
-    """The verdict section of comparison.md: the line, the table per set and the summary, the method, the notes."""
-    lines = ["## Verdict", "", verdict["line"], ""]
-    base, cand = verdict["baseline"]["label"], verdict["candidate"]["label"]
-    if verdict["sets"]:
-        header = [
-            "set",
-            "problems paired",
-            f"{base} (%, ± SE)",
-            f"{cand} (%, ± SE)",
-            f"{cand} - {base} [95 % CI]",
-            "McNemar p (Holm); discordant +/-",
-            "detectable ±",
-            "resolved",
-        ]
-        rows = []
-        entries = list(verdict["sets"])
-        if len(entries) > 1:
-            entries.append(verdict["summary"] | {"title": verdict["summary"]["name"], "problems": None})
-        for s in entries:
-            d = s["difference"]
-            diff = f"{_signed(d['value'])} [{_signed(d['low'])}, {_signed(d['high'])}]"
-            if s["resolved"]:
-                diff = f"**{diff}**"
-            rows.append(
-                [
-                    s["title"],
-                    "–" if s["problems"] is None else f"{s['problems']:,}",
-                    _arm_cell(s["baseline"]),
-                    _arm_cell(s["candidate"]),
-                    diff,
-                    _p_cell(s),
-                    f"{100 * s['detectable']:.1f}",
-                    f"yes: {s['better']}" if s["resolved"] else "no",
-                ]
-            )
-        lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-        lines += [
-            "",
-            f"Scorer: {verdict['scorer']}. Differences in accuracy points; bold: resolved (the interval excludes "
-            "0 and, per set, Holm-adjusted p < 0.05). Discordant +/-: problems only "
-            f"{cand} got right / only {base}. Detectable ±: the smallest difference this sample finds 80 % of "
-            f"the time. Method: {verdict['method']}.",
-        ]
-        if forest:
-            lines += ["", f"![{cand} - {base} per set, 95 % intervals]({forest})"]
-    if verdict["notes"]:
-        lines += [""] + [f"- {note}" for note in verdict["notes"]]
-    return lines + [""]
-
-
-def plot_forest(verdict: dict, path: Path) -> Path | None:
-    """A forest plot: per set (and the mean over sets) the difference with its 95 % interval, zero marked, the
-    detectable difference shaded; None when nothing was compared."""
-    if not verdict["sets"]:
-        return None
-    from .plots import pyplot, save_figure
-
-    plt = pyplot()
-    entries = list(verdict["sets"])
-    if len(entries) > 1:
-        entries.append(verdict["summary"] | {"title": verdict["summary"]["name"]})
-    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.45 * len(entries)))
-    for y, s in enumerate(reversed(entries)):
-        d = s["difference"]
-        color = "C0" if s["resolved"] else "grey"
-        marker = "D" if s is entries[-1] and len(entries) > 1 else "o"
-        ax.errorbar(
-            [100 * d["value"]],
-            [y],
-            xerr=[[100 * (d["value"] - d["low"])], [100 * (d["high"] - d["value"])]],
-            fmt=marker,
-            color=color,
-            capsize=4,
-        )
-        ax.plot(
-            [-100 * s["detectable"], 100 * s["detectable"]],
-            [y, y],
-            color="C1",
-            alpha=0.25,
-            linewidth=8,
-            solid_capstyle="butt",
-        )
-    ax.axvline(0, color="black", linewidth=1)
-    ax.set_yticks(range(len(entries)))
-    ax.set_yticklabels([s["title"] for s in reversed(entries)])
-    ax.set_ylim(-0.7, len(entries) - 0.3)
-    base, cand = verdict["baseline"]["label"], verdict["candidate"]["label"]
-    ax.set_xlabel(f"{cand} - {base}, accuracy points (95 % interval; shaded: ± detectable difference)")
-    ax.set_title(f"{cand} - {base}: blue where resolved, grey inside the noise ({verdict['scorer']} scorer)")
-    ax.grid(alpha=0.3, axis="x")
-    return save_figure(fig, path)

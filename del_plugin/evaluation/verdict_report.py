@@ -1,0 +1,149 @@
+"""How the verdict of :mod:`.verdict` reads: its line, its section of comparison.md (a row per set and one for
+the mean over sets) and its forest plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["plot_forest", "verdict_line", "verdict_markdown"]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _signed(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def verdict_line(verdict: dict) -> str:
+    """The verdict in one line: the difference over the sets with its interval, and whether it is resolved (and
+    which sets are on their own) or how large a difference this sample could resolve."""
+    summary = verdict["summary"]
+    base_label, cand_label = verdict["baseline"]["label"], verdict["candidate"]["label"]
+    d = summary["difference"]
+    head = (
+        f"{cand_label} - {base_label}: {_signed(d['value'])} {summary['name']} points "
+        f"[{_signed(d['low'])}, {_signed(d['high'])}]"
+    )
+    if summary["resolved"]:
+        line = f"{head}, resolved: {summary['better']} is better"
+        if len(verdict["sets"]) > 1:
+            won = [f"{s['title']} for {s['better']}" for s in verdict["sets"] if s["resolved"]]
+            line += f" (sets resolved on their own: {', '.join(won)})" if won else " (no set resolved on its own)"
+        return line
+    return (
+        f"{head}, not resolved: this sample resolves about +/-{100 * summary['detectable']:.1f}; score more "
+        "problems (a larger --limit, or none) or more seeds"
+    )
+
+
+def _arm_cell(arm: dict) -> str:
+    se = "" if arm["se"] is None else f" ± {_pct(arm['se'])}"
+    return f"{_pct(arm['accuracy'])}{se}"
+
+
+def _p_cell(s: dict) -> str:
+    if s.get("p") is None:
+        return "–"
+
+    def fmt(p: float) -> str:
+        return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
+
+    c = s["discordant"]
+    return f"{fmt(s['p'])} ({fmt(s['holm_p'])}); {c['candidate_only']}/{c['baseline_only']}"
+
+
+def verdict_markdown(verdict: dict, forest: str | None = None) -> list[str]:
+    """The verdict section of comparison.md: the line, the table per set and the summary, the method, the notes."""
+    lines = ["## Verdict", "", verdict["line"], ""]
+    base, cand = verdict["baseline"]["label"], verdict["candidate"]["label"]
+    if verdict["sets"]:
+        header = [
+            "set",
+            "problems paired",
+            f"{base} (%, ± SE)",
+            f"{cand} (%, ± SE)",
+            f"{cand} - {base} [95 % CI]",
+            "McNemar p (Holm); discordant +/-",
+            "detectable ±",
+            "resolved",
+        ]
+        rows = []
+        entries = list(verdict["sets"])
+        if len(entries) > 1:
+            entries.append(verdict["summary"] | {"title": verdict["summary"]["name"], "problems": None})
+        for s in entries:
+            d = s["difference"]
+            diff = f"{_signed(d['value'])} [{_signed(d['low'])}, {_signed(d['high'])}]"
+            if s["resolved"]:
+                diff = f"**{diff}**"
+            rows.append(
+                [
+                    s["title"],
+                    "–" if s["problems"] is None else f"{s['problems']:,}",
+                    _arm_cell(s["baseline"]),
+                    _arm_cell(s["candidate"]),
+                    diff,
+                    _p_cell(s),
+                    f"{100 * s['detectable']:.1f}",
+                    f"yes: {s['better']}" if s["resolved"] else "no",
+                ]
+            )
+        lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        lines += [
+            "",
+            f"Scorer: {verdict['scorer']}. Differences in accuracy points; bold: resolved (the interval excludes "
+            "0 and, per set, Holm-adjusted p < 0.05). Discordant +/-: problems only "
+            f"{cand} got right / only {base}. Detectable ±: the smallest difference this sample finds 80 % of "
+            f"the time. Method: {verdict['method']}.",
+        ]
+        if forest:
+            lines += ["", f"![{cand} - {base} per set, 95 % intervals]({forest})"]
+    if verdict["notes"]:
+        lines += [""] + [f"- {note}" for note in verdict["notes"]]
+    return lines + [""]
+
+
+def plot_forest(verdict: dict, path: Path) -> Path | None:
+    """A forest plot: per set (and the mean over sets) the difference with its 95 % interval, zero marked, the
+    detectable difference shaded; None when nothing was compared."""
+    if not verdict["sets"]:
+        return None
+    from .plots import pyplot, save_figure
+
+    plt = pyplot()
+    entries = list(verdict["sets"])
+    if len(entries) > 1:
+        entries.append(verdict["summary"] | {"title": verdict["summary"]["name"]})
+    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.45 * len(entries)))
+    for y, s in enumerate(reversed(entries)):
+        d = s["difference"]
+        color = "C0" if s["resolved"] else "grey"
+        marker = "D" if s is entries[-1] and len(entries) > 1 else "o"
+        ax.errorbar(
+            [100 * d["value"]],
+            [y],
+            xerr=[[100 * (d["value"] - d["low"])], [100 * (d["high"] - d["value"])]],
+            fmt=marker,
+            color=color,
+            capsize=4,
+        )
+        ax.plot(
+            [-100 * s["detectable"], 100 * s["detectable"]],
+            [y, y],
+            color="C1",
+            alpha=0.25,
+            linewidth=8,
+            solid_capstyle="butt",
+        )
+    ax.axvline(0, color="black", linewidth=1)
+    ax.set_yticks(range(len(entries)))
+    ax.set_yticklabels([s["title"] for s in reversed(entries)])
+    ax.set_ylim(-0.7, len(entries) - 0.3)
+    base, cand = verdict["baseline"]["label"], verdict["candidate"]["label"]
+    ax.set_xlabel(f"{cand} - {base}, accuracy points (95 % interval; shaded: ± detectable difference)")
+    ax.set_title(f"{cand} - {base}: blue where resolved, grey inside the noise ({verdict['scorer']} scorer)")
+    ax.grid(alpha=0.3, axis="x")
+    return save_figure(fig, path)

@@ -27,7 +27,7 @@ for _room in ("helpers", "core", "hf", "axolotl", "evaluation", "e2e", "experime
 # imported, and an import of Axolotl fails there (tests that need Axolotl carry the `axolotl` marker, which the lane
 # deselects; one that does not fails instead of testing the other lane's stack).
 HOSTS_LATEST = os.environ.get("DEL_TEST_LANE") == "hosts-latest"
-LATEST_LOCK = Path(__file__).resolve().parents[2] / "requirements-latest.lock"
+LATEST_LOCK = Path(__file__).resolve().parents[1] / "requirements-latest.lock"
 
 
 class _NoAxolotl(importlib.abc.MetaPathFinder):

@@ -13,18 +13,17 @@ from experiments.efficacy import (
     METRICS,
     aggregate,
     paired_comparisons,
-    plot_sweep,
     results_markdown,
 )
-from experiments.sweep import (
-    DEFAULT_SETTINGS,
+from experiments.efficacy_plots import plot_sweep
+from experiments.runs import (
     Setting,
     SweepMismatch,
     parse_setting,
-    plan,
     run_state,
     write_once,
 )
+from experiments.sweep_plan import DEFAULT_SETTINGS, plan
 
 
 def test_mean_ci_by_hand():

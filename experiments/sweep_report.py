@@ -36,7 +36,8 @@ def write_results(
     out: Path, args, argv: list[str], settings: list[Setting], planned: Planned, wall: float | None
 ) -> list[Path]:
     """The sweep's files in ``out`` (and copies in ``--publish``) from the finished runs; [] when none finished."""
-    from .efficacy import aggregate, paired_comparisons, plot_sweep, results_markdown
+    from .efficacy import aggregate, paired_comparisons, results_markdown
+    from .efficacy_plots import plot_sweep
 
     runs, base = finished_runs(out, planned)
     if not runs:

@@ -10,6 +10,10 @@ import platform
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # training imports Axolotl
+    from .training import TrainSettings
 
 __all__ = ["DemoRun", "minutes", "write_results"]
 
@@ -31,7 +35,7 @@ class DemoRun:
 
     args: argparse.Namespace  # the demo's options
     argv: list[str]  # as given, for the command line the report quotes
-    train_settings: object  # experiments.training.TrainSettings of both fine-tunes
+    train_settings: TrainSettings  # both fine-tunes'
     reports: dict[str, dict]  # del-eval's report per model: base, MLE, DEL
     generations: dict[str, Path]  # each model's generations.jsonl
     histories: dict[str, list[dict]]  # the trainer's log history per fine-tune: MLE, DEL

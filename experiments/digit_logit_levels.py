@@ -11,7 +11,7 @@ target of the reference answers:
 * ``L_num``: the mean of ``mean_k(p_hat_k * BCE_k)`` (DEL's per-digit term without place weights);
 * ``TF acc``: the share of targets whose largest digit logit is the target (``del-eval``'s TF digit accuracy).
 
-    python experiments/digit_logit_levels.py runs/efficacy --settings del:0 del:0.1 del:1 --seed 42
+    python -m experiments.digit_logit_levels runs/efficacy --settings del:0 del:0.1 del:1 --seed 42
 
 Prints a Markdown table; ``--json FILE`` also writes the numbers.
 """
@@ -28,7 +28,7 @@ import torch
 from del_plugin.core import DigitVocab, digit_correct, digit_targets_from_logits
 from del_plugin.core.criteria import del_token_losses
 from del_plugin.core.places import shift_to_next_token
-from experiments.sweep import parse_setting
+from experiments.runs import parse_setting
 
 COLUMNS = ("z_target", "z_other", "z_max", "digit_mass", "l_num", "tf_accuracy")
 HEADERS = ("z_target", "z_other", "z_max", "digit mass", "L_num", "TF acc")
@@ -80,7 +80,11 @@ def run_levels(adapter: Path, heldout: Path, batch_size: int) -> dict[str, float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.digit_logit_levels",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("sweep", type=Path, help="the sweep's working folder (its --out)")
     parser.add_argument("--settings", nargs="+", required=True, help="e.g. del:0 del:0.1 del:1")
     parser.add_argument("--seed", type=int, default=42)

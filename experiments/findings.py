@@ -82,11 +82,9 @@ def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha:
     g = {k: (reports[k]["overall"].get("generation") or {}) for k in reports}
     tf = {k: (reports[k]["overall"].get("teacher_forced") or {}) for k in reports}
     pairs = paired_outcomes(generations["MLE"], generations["DEL"])
-    p = sign_test_p(pairs["only_a"], pairs["only_b"])
-    acc_mle, acc_del = g["MLE"].get("accuracy"), g["DEL"].get("accuracy")
     lines = [
         f"Accuracy on {pairs['problems']} held-out problems: base {_pct(g['base'].get('accuracy'))}, "
-        f"MLE {_pct(acc_mle)}, DEL (alpha {alpha}) {_pct(acc_del)}."
+        f"MLE {_pct(g['MLE'].get('accuracy'))}, DEL (alpha {alpha}) {_pct(g['DEL'].get('accuracy'))}."
     ]
     cut = g["base"].get("cut_at_max_new_tokens")
     if cut:
@@ -94,52 +92,9 @@ def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha:
             f"The base model answers in sentences: {cut} of its {g['base'].get('n')} answers hit the "
             "new-token limit, and those are scored on the last number written."
         )
-    if acc_mle is not None and acc_del is not None:
-        diff = 100 * (acc_del - acc_mle)
-        low, high = (100 * x for x in accuracy_difference_interval(generations["MLE"], generations["DEL"]))
-        interval = f"95 % interval [{low:+.1f}, {high:+.1f}]"
-        if p < 0.05 and (low > 0 or high < 0):
-            verdict = (
-                f"DEL is better than MLE on accuracy ({diff:+.1f} points, {interval})"
-                if diff > 0
-                else f"MLE is better than DEL on accuracy ({-diff:.1f} points, {interval} for DEL - MLE)"
-            )
-            verdict += f", and the difference is significant (McNemar exact p = {p:.3f})."
-        else:
-            verdict = (
-                f"DEL vs MLE: {diff:+.1f} points of accuracy ({interval}; McNemar's exact test on the problems "
-                f"only one of them got right: p = {p:.2f}), no significant difference: at this tiny scale the "
-                "demo shows no accuracy win for either."
-            )
-        lines.append(verdict)
-        lines.append(
-            f"Problem by problem: both right {pairs['both']}, only DEL right {pairs['only_b']}, only MLE "
-            f"right {pairs['only_a']}, both wrong {pairs['neither']}."
-        )
-    mae_mle, mae_del = g["MLE"].get("mae"), g["DEL"].get("mae")
-    if mae_mle is not None and mae_del is not None:
-        errors = paired_lower(generations["MLE"], generations["DEL"], lambda r: r.get("abs_error"))
-        p_err = sign_test_p(errors["a_lower"], errors["b_lower"])
-        lines.append(
-            f"Numeric distance (lower is better): MAE MLE {_num(mae_mle)} vs DEL {_num(mae_del)}, log-MAE MLE "
-            f"{_num(g['MLE'].get('log_mae'))} vs DEL {_num(g['DEL'].get('log_mae'))}. Problem by problem DEL's "
-            f"error is smaller on {errors['b_lower']}, MLE's on {errors['a_lower']}, equal on {errors['equal']} "
-            f"({_significance(p_err)})."
-        )
-    e_mle, e_del = tf["MLE"].get("mean_entropy"), tf["DEL"].get("mean_entropy")
-    if e_mle is not None and e_del is not None:
-        entropy = paired_lower(generations["MLE"], generations["DEL"], _mean_tf_entropy)
-        p_ent = sign_test_p(entropy["a_lower"], entropy["b_lower"])
-        direction = "lower" if e_del < e_mle else "higher"
-        sharper = (
-            "sharper digit distributions, what DEL is for" if direction == "lower" else "DEL did not sharpen them here"
-        )
-        lines.append(
-            f"Teacher-forced mean digit entropy on the reference answers: base {_num(tf['base'].get('mean_entropy'))},"
-            f" MLE {_num(e_mle)}, DEL {_num(e_del)} nats. DEL's is {direction} than MLE's "
-            f"({sharper}); "
-            f"per problem DEL's is lower on {entropy['b_lower']} of {entropy['problems']} ({_significance(p_ent)})."
-        )
+    lines += _accuracy_verdict(g, generations, pairs)
+    lines += _distance_sentence(g, generations)
+    lines += _entropy_sentence(tf, generations)
     a_mle, a_del = tf["MLE"].get("digit_accuracy"), tf["DEL"].get("digit_accuracy")
     if a_mle is not None and a_del is not None:
         lines.append(
@@ -147,6 +102,68 @@ def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha:
             f"{_pct(a_mle)}, DEL {_pct(a_del)}."
         )
     return lines
+
+
+def _accuracy_verdict(g: dict[str, dict], generations: dict[str, Path], pairs: dict[str, int]) -> list[str]:
+    """DEL against MLE on accuracy: the difference, its bootstrap interval and McNemar's exact test, then the
+    problem-by-problem counts ([] when an accuracy is missing)."""
+    acc_mle, acc_del = g["MLE"].get("accuracy"), g["DEL"].get("accuracy")
+    if acc_mle is None or acc_del is None:
+        return []
+    p = sign_test_p(pairs["only_a"], pairs["only_b"])
+    diff = 100 * (acc_del - acc_mle)
+    low, high = (100 * x for x in accuracy_difference_interval(generations["MLE"], generations["DEL"]))
+    interval = f"95 % interval [{low:+.1f}, {high:+.1f}]"
+    if p < 0.05 and (low > 0 or high < 0):
+        verdict = (
+            f"DEL is better than MLE on accuracy ({diff:+.1f} points, {interval})"
+            if diff > 0
+            else f"MLE is better than DEL on accuracy ({-diff:.1f} points, {interval} for DEL - MLE)"
+        )
+        verdict += f", and the difference is significant (McNemar exact p = {p:.3f})."
+    else:
+        verdict = (
+            f"DEL vs MLE: {diff:+.1f} points of accuracy ({interval}; McNemar's exact test on the problems "
+            f"only one of them got right: p = {p:.2f}), no significant difference: at this tiny scale the "
+            "demo shows no accuracy win for either."
+        )
+    return [
+        verdict,
+        f"Problem by problem: both right {pairs['both']}, only DEL right {pairs['only_b']}, only MLE "
+        f"right {pairs['only_a']}, both wrong {pairs['neither']}.",
+    ]
+
+
+def _distance_sentence(g: dict[str, dict], generations: dict[str, Path]) -> list[str]:
+    mae_mle, mae_del = g["MLE"].get("mae"), g["DEL"].get("mae")
+    if mae_mle is None or mae_del is None:
+        return []
+    errors = paired_lower(generations["MLE"], generations["DEL"], lambda r: r.get("abs_error"))
+    p_err = sign_test_p(errors["a_lower"], errors["b_lower"])
+    return [
+        f"Numeric distance (lower is better): MAE MLE {_num(mae_mle)} vs DEL {_num(mae_del)}, log-MAE MLE "
+        f"{_num(g['MLE'].get('log_mae'))} vs DEL {_num(g['DEL'].get('log_mae'))}. Problem by problem DEL's "
+        f"error is smaller on {errors['b_lower']}, MLE's on {errors['a_lower']}, equal on {errors['equal']} "
+        f"({_significance(p_err)})."
+    ]
+
+
+def _entropy_sentence(tf: dict[str, dict], generations: dict[str, Path]) -> list[str]:
+    e_mle, e_del = tf["MLE"].get("mean_entropy"), tf["DEL"].get("mean_entropy")
+    if e_mle is None or e_del is None:
+        return []
+    entropy = paired_lower(generations["MLE"], generations["DEL"], _mean_tf_entropy)
+    p_ent = sign_test_p(entropy["a_lower"], entropy["b_lower"])
+    direction = "lower" if e_del < e_mle else "higher"
+    sharper = (
+        "sharper digit distributions, what DEL is for" if direction == "lower" else "DEL did not sharpen them here"
+    )
+    return [
+        f"Teacher-forced mean digit entropy on the reference answers: base {_num(tf['base'].get('mean_entropy'))},"
+        f" MLE {_num(e_mle)}, DEL {_num(e_del)} nats. DEL's is {direction} than MLE's "
+        f"({sharper}); "
+        f"per problem DEL's is lower on {entropy['b_lower']} of {entropy['problems']} ({_significance(p_ent)})."
+    ]
 
 
 def plot_training_curves(histories: dict[str, list[dict]], path: Path) -> Path | None:

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Sequence
 from pathlib import Path
 
 from del_plugin.evaluation.verdict import verdict_markdown
 
 from .efficacy import (
-    METRICS,
     PAIRED_LEGEND,
     Metric,
     aggregate,
@@ -24,79 +22,27 @@ from .efficacy import (
     paired_comparisons,
     paired_table,
     per_setting_table,
-    plot_paired,
     runs_table,
 )
+from .efficacy_plots import plot_paired
+from .jobs import hms
+from .paper_metrics import SET_TITLES, accuracy_metrics, digit_metrics
 from .paper_plan import REFERENCE, REGIMES, Profile
-from .sweep import hms, read_record, run_state
+from .paper_runs import run_dir
+from .runs import read_record, run_state
 
-__all__ = ["accuracy_metrics", "digit_metrics", "metrics_for", "write_report"]
-
-SET_TITLES = {
-    "gsm8k": "GSM8K",
-    "math": "MATH",
-    "svamp": "SVAMP",
-    "simuleq": "SimulEq",
-    "aqua": "AQuA",
-    "sat": "SAT",
-    "mmlu_math": "MMLU-math",
-}
-
-
-def _dataset(report: dict, name: str) -> dict:
-    return next((d for d in report.get("datasets") or [] if d.get("benchmark") == name), {})
-
-
-def _set_value(name: str, section: str, key: str):
-    return lambda report: (_dataset(report, name).get(section) or {}).get(key)
-
-
-def _in_set(name: str, value):
-    return lambda row: value(row) if row.get("dataset") == name else None
-
-
-def _macc(report: dict) -> float | None:
-    return (report.get("macc") or {}).get("value")
-
-
-def accuracy_metrics(sets: Sequence[str]) -> list[Metric]:
-    """Accuracy on each set, then mACC (their mean; no per-problem test, a mean over sets of unequal size)."""
-    metrics = [
-        Metric(
-            f"acc_{name}",
-            f"{SET_TITLES.get(name, name)} (%)",
-            _set_value(name, "generation", "accuracy"),
-            True,
-            True,
-            _in_set(name, lambda r: -float(bool(r["correct"]))),
-        )
-        for name in sets
-    ]
-    title = "mACC (%)" if len(sets) == 7 else f"mACC, {len(sets)} of 7 sets (%)"
-    return metrics + [Metric("macc", title, _macc, True, True, None)]
-
-
-def digit_metrics(sets: Sequence[str]) -> list[Metric]:
-    """MAE and log-MAE of the numeric answers, teacher-forced digit accuracy and entropy, over all ``sets``: the
-    sweep's metrics but its accuracy."""
-    return [m for m in METRICS if m.key != "accuracy"]
-
-
-def metrics_for(sets: Sequence[str]) -> list[Metric]:
-    return accuracy_metrics(sets) + digit_metrics(sets)
+__all__ = ["write_report"]
 
 
 def _finished(out: Path, runs: list[dict]) -> tuple[dict[str, list[dict]], dict | None]:
-    from .paper import _run_dir
-
     by_regime: dict[str, list[dict]] = {}
     base = None
     for run in runs:
-        run_dir = _run_dir(out, run["regime"], run["setting"], run["seed"])
-        if run_state(run_dir, run["spec"], run["eval_spec"]) != "done":
+        folder = run_dir(out, run["regime"], run["setting"], run["seed"])
+        if run_state(folder, run["spec"], run["eval_spec"]) != "done":
             continue
-        record = read_record(run_dir)
-        record["generations"] = str(run_dir / record["generations"])
+        record = read_record(folder)
+        record["generations"] = str(folder / record["generations"])
         if run["setting"] is None:
             base = record["metrics"]
         else:
@@ -130,12 +76,29 @@ def write_report(out: Path, profile: Profile, runs: list[dict], argv: list[str],
     accuracy, digits = accuracy_metrics(sets), digit_metrics(sets)
     every = [r for regime in by_regime.values() for r in regime]
     command = "python -m experiments paper" + ("" if not argv else " " + " ".join(argv))
+    lines = _header(command, profile, runs, len(every), wall)
+    summary: dict = {"command": command, "profile": profile.as_dict(), "base": base, "regimes": {}}
+    plots: list[Path] = []
+    for regime, regime_runs in by_regime.items():
+        section, summary["regimes"][regime], plot = _regime_section(out, regime, regime_runs, accuracy, digits, base)
+        lines += section
+        plots += [plot] if plot is not None else []
+    lines += ["## Paired tables: how to read them", "", PAIRED_LEGEND, ""]
+    lines += ["## Time and training throughput", ""] + _throughput_lines(every) + [""]
+    summary["runs"] = [
+        {k: r.get(k) for k in ("regime", "setting", "seed", "metrics", "timing", "training")} for r in every
+    ]
+    _write_files(out, lines, summary, every, accuracy + digits)
+    return [out / "results.md", out / "summary.json", out / "runs.csv", *plots]
+
+
+def _header(command: str, profile: Profile, runs: list[dict], finished: int, wall: float | None) -> list[str]:
+    """results.md's title and set-up: what wrote it, from how many runs, how they were trained and scored."""
     eval_spec = runs[0]["eval_spec"]
-    model = runs[0]["spec"]["model"]
-    lines = [
-        f"# The paper's regime on {model}: the {profile.name} profile",
+    return [
+        f"# The paper's regime on {runs[0]['spec']['model']}: the {profile.name} profile",
         "",
-        f"Written by `{command}` ({platform.machine()}, {os.cpu_count()} CPU cores) from {len(every)} of "
+        f"Written by `{command}` ({platform.machine()}, {os.cpu_count()} CPU cores) from {finished} of "
         f"{len(runs) - 1} runs finished"
         + (f"; this invocation's wall time {hms(wall)}" if wall is not None else "")
         + ".",
@@ -145,53 +108,54 @@ def write_report(out: Path, profile: Profile, runs: list[dict], argv: list[str],
         f"{profile.epochs} epoch{'s' * (profile.epochs != 1)}, "
         f"{profile.rows_per_step} rows per step, sequence length {profile.sequence_len}, "
         "cosine with 3 % warm-up, weight decay 0, float32 weights under bf16 autocast. Evaluation: "
-        + ", ".join(SET_TITLES.get(s, s) for s in sets)
+        + ", ".join(SET_TITLES.get(s, s) for s in eval_spec["sets"])
         + f", {eval_spec['limit'] or 'all'} problems per set, greedy, at most {eval_spec['max_new_tokens']} new "
         "tokens, alpaca prompt. Intervals: 95 % Student t over seeds.",
         "",
     ]
-    summary: dict = {"command": command, "profile": profile.as_dict(), "base": base, "regimes": {}}
-    plots: list[Path] = []
-    for regime, regime_runs in by_regime.items():
-        lines += [f"## {REGIMES[regime].title}", "", "### Accuracy: mean over seeds [95 % interval]", ""]
-        lines += per_setting_table(regime_runs, accuracy, base)
-        paired = paired_table(regime_runs, REFERENCE, accuracy)
-        if paired:
-            lines += ["", f"### Accuracy, paired against {REFERENCE} (MLE) on the same seeds", ""] + paired
-        lines += ["", "### Numbers and digits: mean over seeds [95 % interval]", ""]
-        lines += per_setting_table(regime_runs, digits, base)
-        paired = paired_table(regime_runs, REFERENCE, digits)
-        if paired:
-            lines += ["", f"### Numbers and digits, paired against {REFERENCE}", ""] + paired
-        verdicts = compare_verdicts(regime_runs, REFERENCE)
-        for setting, verdict in verdicts.items():
-            lines += ["", f"### Accuracy, {setting} against {REFERENCE}: `del-eval compare --baseline --candidate`", ""]
-            lines += verdict_markdown(verdict)[2:]  # without its own heading
-        plot = plot_paired(
-            regime_runs,
-            REFERENCE,
-            accuracy + digits,
-            out / f"paired_{regime}.png",
-            f"{REGIMES[regime].title}: minus {REFERENCE} (MLE) on the same seed",
-        )
-        if plot is not None:
-            plots.append(plot)
-            lines += ["", f"![Each setting minus MLE, per set and digit metric]({plot.name})"]
-        lines += ["", "### Every run", ""] + runs_table(regime_runs, accuracy + digits) + [""]
-        summary["regimes"][regime] = {
-            "aggregate": {
-                k: {"seeds": v["seeds"], "stats": v["stats"]}
-                for k, v in aggregate(regime_runs, accuracy + digits).items()
-            },
-            "paired": paired_comparisons(regime_runs, REFERENCE, accuracy + digits),
-            "verdict": verdicts,
-        }
-    lines += ["## Paired tables: how to read them", "", PAIRED_LEGEND, ""]
-    lines += ["## Time and training throughput", ""] + _throughput_lines(every) + [""]
-    summary["runs"] = [
-        {k: r.get(k) for k in ("regime", "setting", "seed", "metrics", "timing", "training")} for r in every
-    ]
-    from del_plugin.evaluation.output import (  # (the plots above import that package)
+
+
+def _regime_section(
+    out: Path, regime: str, runs: list[dict], accuracy: list[Metric], digits: list[Metric], base: dict | None
+) -> tuple[list[str], dict, Path | None]:
+    """One regime's part of the report: its tables, del-eval compare's verdict per setting, the plot of the paired
+    differences; its part of summary.json; the plot (None when no setting shares a seed with MLE)."""
+    lines = [f"## {REGIMES[regime].title}", "", "### Accuracy: mean over seeds [95 % interval]", ""]
+    lines += per_setting_table(runs, accuracy, base)
+    paired = paired_table(runs, REFERENCE, accuracy)
+    if paired:
+        lines += ["", f"### Accuracy, paired against {REFERENCE} (MLE) on the same seeds", ""] + paired
+    lines += ["", "### Numbers and digits: mean over seeds [95 % interval]", ""]
+    lines += per_setting_table(runs, digits, base)
+    paired = paired_table(runs, REFERENCE, digits)
+    if paired:
+        lines += ["", f"### Numbers and digits, paired against {REFERENCE}", ""] + paired
+    verdicts = compare_verdicts(runs, REFERENCE)
+    for setting, verdict in verdicts.items():
+        lines += ["", f"### Accuracy, {setting} against {REFERENCE}: `del-eval compare --baseline --candidate`", ""]
+        lines += verdict_markdown(verdict)[2:]  # without its own heading
+    plot = plot_paired(
+        runs,
+        REFERENCE,
+        accuracy + digits,
+        out / f"paired_{regime}.png",
+        f"{REGIMES[regime].title}: minus {REFERENCE} (MLE) on the same seed",
+    )
+    if plot is not None:
+        lines += ["", f"![Each setting minus MLE, per set and digit metric]({plot.name})"]
+    lines += ["", "### Every run", ""] + runs_table(runs, accuracy + digits) + [""]
+    summary = {
+        "aggregate": {
+            k: {"seeds": v["seeds"], "stats": v["stats"]} for k, v in aggregate(runs, accuracy + digits).items()
+        },
+        "paired": paired_comparisons(runs, REFERENCE, accuracy + digits),
+        "verdict": verdicts,
+    }
+    return lines, summary, plot
+
+
+def _write_files(out: Path, lines: list[str], summary: dict, runs: list[dict], metrics: list[Metric]) -> None:
+    from del_plugin.evaluation.output import (  # (the plots import that package)
         write_json_atomic,
         write_text_atomic,
     )
@@ -199,13 +163,12 @@ def write_report(out: Path, profile: Profile, runs: list[dict], argv: list[str],
     # by rename: a run killed while the report is written leaves the previous one whole
     write_text_atomic(out / "results.md", "\n".join(lines))
     write_json_atomic(out / "summary.json", summary)
-    keys = [m.key for m in accuracy + digits]
+    keys = [m.key for m in metrics]
     rows = [",".join(["regime", "setting", "seed", *keys, "train_s", "eval_s", "tokens", "tokens_per_s"])]
-    for r in every:
+    for r in runs:
         values = [r["regime"], r["setting"], str(r["seed"])]
         values += ["" if r["metrics"].get(k) is None else repr(r["metrics"][k]) for k in keys]
         values += [str((r.get("timing") or {}).get(k, "")) for k in ("train_s", "eval_s")]
         values += [str((r.get("training") or {}).get(k, "")) for k in ("tokens", "tokens_per_s")]
         rows.append(",".join(values))
     write_text_atomic(out / "runs.csv", "\n".join(rows) + "\n")
-    return [out / "results.md", out / "summary.json", out / "runs.csv", *plots]

@@ -9,38 +9,26 @@ set-up excluded); ``--steps``, ``--eval-size`` and ``--max-new-tokens`` trade ti
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import resource
 import shutil
 import sys
 import textwrap
 import time
-from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 
 from del_plugin.hf.settings import DEFAULT_ALPHA  # the DEL run uses the plugin's default weight (docs/efficacy.md)
 
-__all__ = ["main", "DEFAULT_ALPHA"]
+from .demo_report import DemoRun, minutes, write_results
+from .options import add_run_options
+from .runs import publish_files
 
-
-def publish_files(files: list[Path], folder: Path) -> list[Path]:
-    """Copy ``files`` into ``folder`` (made if missing, same names); the copies' paths."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for path in files:
-        shutil.copy2(path, folder / path.name)
-    return [folder / path.name for path in files]
+__all__ = ["build_parser", "main"]
 
 
 def _cpu_seconds() -> float:
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     return sum(u.ru_utime + u.ru_stime for u in usage)
-
-
-def _minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)} min {seconds % 60:04.1f} s"
 
 
 class _Stages:
@@ -59,7 +47,7 @@ class _Stages:
         if self._name is not None:
             elapsed = time.perf_counter() - self._start
             self.timing[self._name] = round(elapsed, 1)
-            print(f"--- {self._name}: {_minutes(elapsed)}", flush=True)
+            print(f"--- {self._name}: {minutes(elapsed)}", flush=True)
             self._name = None
 
 
@@ -106,112 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """The training and evaluation options shared by the demo and its sweep (``python -m experiments sweep``)."""
-    parser.add_argument("--steps", type=int, default=100, help="optimizer steps per fine-tune (default 100)")
-    parser.add_argument("--micro-batch-size", type=int, default=4, help="training rows per step (default 4)")
-    parser.add_argument("--learning-rate", type=float, default=1e-3, help="LoRA learning rate (default 1e-3)")
-    parser.add_argument("--eval-size", type=int, default=150, help="held-out problems (default 150)")
-    parser.add_argument(
-        "--max-new-tokens", type=int, default=32, help="longest generated answer, in tokens (default 32)"
-    )
-    parser.add_argument("--eval-batch-size", type=int, default=50, help="problems generated at once (default 50)")
-
-
-def _write_results(out: Path, args, argv, train_settings, reports, generations, histories, timing, wall, cpu, load):
-    from .findings import findings_text, plot_training_curves
-
-    comparison_dir = out / "comparison"
-    findings = findings_text(reports, generations, args.alpha)
-    curves = plot_training_curves({k: histories[k] for k in ("MLE", "DEL")}, comparison_dir / "training_curves.png")
-    # the published table names the models, not this machine's asset cache or home folder
-    from tools.assets import cache_root
-
-    # del-eval compare's comparison.md (the verdict, then the side-by-side tables), less its title
-    table = (comparison_dir / "comparison.md").read_text(encoding="utf-8").split("\n", 2)[2]
-    table = table.replace(str(cache_root()), "$DEL_PLUGIN_CACHE").replace(str(Path.home()), "~")
-    command = "python -m experiments" + ("" if not argv else " " + " ".join(argv))
-    end_load = os.getloadavg()[0]
-    busy = max(load[0], end_load) > (os.cpu_count() or 1)
-    threads = os.environ.get("OMP_NUM_THREADS") or "default"
-    lines = (
-        [
-            "# DEL demo: MLE vs DEL on SmolLM2-135M-Instruct",
-            "",
-            f"Made by `{command}` on {datetime.now(UTC):%Y-%m-%d} ({platform.machine()}, {os.cpu_count()} "
-            f"CPU cores, torch threads: {threads}).",
-            f"Wall time {_minutes(wall)} (model set-up excluded), CPU time {_minutes(cpu)}; 1-minute load average "
-            f"{load[0]:.1f} at the start and {end_load:.1f} at the end"
-            + (" (above the core count: other work was competing for the CPU)" if busy else "")
-            + ". Stages: "
-            + ", ".join(f"{k} {_minutes(v)}" for k, v in timing.items())
-            + ".",
-            "",
-            f"- Data: {train_settings.examples} generated arithmetic word problems for training (integers and "
-            f"decimals, answers as 'The answer is N'), {args.eval_size} held-out problems from the same generator "
-            "with no template+operands in common.",
-            f"- Fine-tuning: Axolotl LoRA (r {train_settings.lora_r}, all linear layers), SmolLM2 chat template, "
-            f"{train_settings.steps} steps x {train_settings.micro_batch_size} problems, "
-            f"lr {train_settings.learning_rate} "
-            f"(cosine), seed {train_settings.seed}. MLE: `del_alpha: 0` (cross-entropy only); DEL: "
-            f"`del_alpha: {args.alpha}`; same seed, data and order.",
-            f"- Evaluation: `del-eval`, greedy, at most {args.max_new_tokens} new tokens, chat template.",
-            "",
-            "## What it found",
-            "",
-        ]
-        + [f"- {line}" for line in findings]
-        + ["", table.strip(), "", "## Plots", ""]
-    )
-    for png, caption in (
-        ("difference_forest.png", "DEL - MLE, accuracy, 95 % interval"),
-        ("place_accuracy.png", "Per-place digit accuracy"),
-        ("entropy_histogram.png", "Teacher-forced digit entropy"),
-        ("training_curves.png", "Training curves"),
-    ):
-        if (comparison_dir / png).exists():
-            lines.append(f"![{caption}]({png})")
-            lines.append("")
-    (comparison_dir / "results.md").write_text("\n".join(lines), encoding="utf-8")
-    summary = {
-        "command": command,
-        "wall_s": round(wall, 1),
-        "cpu_s": round(cpu, 1),
-        "stages_s": timing,
-        "cpu_count": os.cpu_count(),
-        "load_average_start_end": [round(load[0], 2), round(end_load, 2)],
-        "settings": {
-            "train": asdict(train_settings),
-            "alpha": args.alpha,
-            "eval_size": args.eval_size,
-            "max_new_tokens": args.max_new_tokens,
-        },
-        "findings": findings,
-        "models": {
-            k: {
-                "generation": r["overall"].get("generation"),
-                "teacher_forced": {
-                    key: value
-                    for key, value in (r["overall"].get("teacher_forced") or {}).items()
-                    if key != "entropy_histogram"
-                },
-            }
-            for k, r in reports.items()
-        },
-    }
-    (comparison_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return findings, [comparison_dir / "results.md", comparison_dir / "summary.json"] + [
-        p
-        for p in (
-            comparison_dir / "difference_forest.png",
-            comparison_dir / "place_accuracy.png",
-            comparison_dir / "entropy_histogram.png",
-            curves,
-        )
-        if p is not None and p.exists()
-    ]
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
@@ -225,14 +107,32 @@ def main(argv: list[str] | None = None) -> int:
 
     print("Setting up SmolLM2-135M-Instruct (fetched and dequantised once, then cached) ...", flush=True)
     model_dir = smollm2_dir()
+    out = Path(args.out)
+    run, comparison = _run(args, argv, model_dir, out)
+    findings, files = write_results(out, run)
+    if args.publish:
+        files = publish_files(files, Path(args.publish))
 
+    print("\n" + comparison.read_text(encoding="utf-8"))
+    print("What the demo found:")
+    for line in findings:
+        print(f"  - {line}")
+    print(f"\nWall time {minutes(run.wall)} (set-up excluded); CPU time {minutes(run.cpu)}.")
+    print("Results:")
+    for path in files:
+        print(f"  {path}")
+    print(f"Per-model reports and generations: {out / 'eval'}/<base|MLE|DEL>/")
+    return 0
+
+
+def _run(args, argv: list[str], model_dir: Path, out: Path) -> tuple[DemoRun, Path]:
+    """The demo's seven stages: the problems, del-eval on the base model, each fine-tune and its del-eval, then del-eval
+    compare; the run for its report, and compare's comparison.md."""
     from del_plugin.evaluation import EvalSettings, compare_reports, evaluate
 
-    from .problems import make_splits, write_chat_jsonl, write_eval_jsonl
     from .training import TrainSettings, axolotl_config, train_lora
 
     started, cpu_started, load = time.perf_counter(), _cpu_seconds(), os.getloadavg()
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stages = _Stages(total=7)
     train_settings = TrainSettings(
@@ -241,14 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     eval_settings = EvalSettings(
         batch_size=args.eval_batch_size, max_new_tokens=args.max_new_tokens, prompt_format="chat"
     )
-
     stages.start("data", "generating the problems")
-    train, held_out = make_splits(train_settings.examples, args.eval_size, seed=args.seed)
-    train_file = write_chat_jsonl(out / "data" / "train.jsonl", train)
-    eval_file = write_eval_jsonl(out / "data" / "heldout.jsonl", held_out)
-    print(f"{len(train)} training problems -> {train_file}\n{len(held_out)} held-out problems -> {eval_file}")
-    print(f"e.g. {train[0].question!r} -> {train[0].answer_text!r}")
-
+    train_file, eval_file = _write_problems(out, train_settings.examples, args.eval_size, args.seed)
     reports: dict[str, dict] = {}
     generations: dict[str, Path] = {}
     histories: dict[str, list[dict]] = {}
@@ -278,19 +172,16 @@ def main(argv: list[str] | None = None) -> int:
     written = compare_reports([reports[k] for k in labels], out / "comparison", labels, arms=arms)
     stages.finish()
     wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
-    findings, files = _write_results(
-        out, args, argv, train_settings, reports, generations, histories, stages.timing, wall, cpu, load
-    )
-    if args.publish:
-        files = publish_files(files, Path(args.publish))
+    run = DemoRun(args, argv, train_settings, reports, generations, histories, stages.timing, wall, cpu, load)
+    return run, written["markdown"]
 
-    print("\n" + written["markdown"].read_text(encoding="utf-8"))
-    print("What the demo found:")
-    for line in findings:
-        print(f"  - {line}")
-    print(f"\nWall time {_minutes(wall)} (set-up excluded); CPU time {_minutes(cpu)}.")
-    print("Results:")
-    for path in files:
-        print(f"  {path}")
-    print(f"Per-model reports and generations: {out / 'eval'}/<base|MLE|DEL>/")
-    return 0
+
+def _write_problems(out: Path, train_size: int, eval_size: int, seed: int) -> tuple[Path, Path]:
+    from .problems import make_splits, write_chat_jsonl, write_eval_jsonl
+
+    train, held_out = make_splits(train_size, eval_size, seed=seed)
+    train_file = write_chat_jsonl(out / "data" / "train.jsonl", train)
+    eval_file = write_eval_jsonl(out / "data" / "heldout.jsonl", held_out)
+    print(f"{len(train)} training problems -> {train_file}\n{len(held_out)} held-out problems -> {eval_file}")
+    print(f"e.g. {train[0].question!r} -> {train[0].answer_text!r}")
+    return train_file, eval_file

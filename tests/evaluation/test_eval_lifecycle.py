@@ -229,8 +229,8 @@ def test_the_paper_demo_killed_while_scoring_resumes_its_evaluation(digit_model,
     """The demo's worker (``python -m experiments paper --worker RUN``) scoring the base model: killed after the
     first set, run again, it keeps that set, scores the second once, and marks the run done."""
     from del_plugin.evaluation.runner import read_generations
-    from experiments.paper import work
-    from experiments.sweep import read_record, write_record
+    from experiments.paper_worker import work
+    from experiments.runs import read_record, write_record
 
     out = tmp_path / "paper"
     run_dir = out / "runs" / "base"
@@ -274,7 +274,7 @@ def test_the_paper_demo_killed_while_scoring_resumes_its_evaluation(digit_model,
 def test_a_killed_sweep_stops_the_run_it_started(tmp_path):
     """``run_jobs`` (the paper demo's and the sweep's): the parent killed with SIGKILL, the job's process gets SIGTERM
     (and writes its partial report), instead of going on unseen beside the next invocation's."""
-    from experiments.sweep import Job, run_jobs
+    from experiments.jobs import Job, run_jobs
 
     started, stopped = tmp_path / "started", tmp_path / "stopped"
     script = (

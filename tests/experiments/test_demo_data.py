@@ -188,3 +188,61 @@ def test_findings_follow_the_numbers(tmp_path, del_right):
         assert "no significant difference" in text and "DEL is better" not in text
     assert "DEL's error is smaller on 20, MLE's on 0" in text
     assert "DEL's is lower than MLE's" in text and "lower on 20 of 20" in text
+
+
+def test_the_demo_report_from_its_run(tmp_path, monkeypatch):
+    """results.md and summary.json from a hand-made run: the set-up from the settings, the findings as computed from
+    the reports, del-eval compare's table less its title with this machine's paths hidden, the plots that exist."""
+    import argparse
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from experiments.demo_report import DemoRun, write_results
+    from experiments.training import TrainSettings
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DEL_PLUGIN_CACHE", str(cache))
+    out = tmp_path / "demo"
+    comparison = out / "comparison"
+    comparison.mkdir(parents=True)
+    (comparison / "comparison.md").write_text(
+        "# del-eval compare\n\n| model | path |\n|---|---|\n"
+        f"| base | {cache}/smollm2 |\n| DEL | {Path.home()}/adapter |\n"
+    )
+    (comparison / "place_accuracy.png").write_bytes(b"png")
+    n = 4
+    generations = {
+        "base": _generations(tmp_path / "base.jsonl", [False] * n, [9.0] * n, [2.0] * n),
+        "MLE": _generations(tmp_path / "mle.jsonl", [True, False, False, False], [5.0] * n, [1.5] * n),
+        "DEL": _generations(tmp_path / "del.jsonl", [True, True, False, False], [4.0] * n, [1.0] * n),
+    }
+    reports = {"base": _report(0, n, 9.0, 2.0), "MLE": _report(1, n, 5.0, 1.5), "DEL": _report(2, n, 4.0, 1.0)}
+    reports["DEL"]["overall"]["teacher_forced"]["entropy_histogram"] = [1, 2]
+    args = argparse.Namespace(alpha=0.1, eval_size=n, max_new_tokens=16)
+    train = TrainSettings(steps=2, micro_batch_size=4, seed=7)
+    timing = {"data": 0.5, "train MLE": 61.0}
+    run = DemoRun(
+        args, ["--steps", "2"], train, reports, generations, {"MLE": [], "DEL": []}, timing, 125.0, 99.0, (0.5, 0, 0)
+    )
+
+    findings, files = write_results(out, run)
+
+    assert findings == findings_text(reports, generations, 0.1)
+    assert files == [comparison / "results.md", comparison / "summary.json", comparison / "place_accuracy.png"]
+    text = (comparison / "results.md").read_text()
+    assert text.startswith(
+        "# DEL demo: MLE vs DEL on SmolLM2-135M-Instruct\n\nMade by `python -m experiments --steps 2`"
+    )
+    assert "Wall time 2 min 05.0 s (model set-up excluded), CPU time 1 min 39.0 s" in text
+    assert "Stages: data 0 min 00.5 s, train MLE 1 min 01.0 s." in text
+    assert "- Data: 8 generated arithmetic word problems for training" in text and f"{n} held-out problems" in text
+    assert "2 steps x 4 problems, lr 0.001 (cosine), seed 7" in text and "`del_alpha: 0.1`" in text
+    assert "\n".join(f"- {line}" for line in findings) in text
+    assert "| base | $DEL_PLUGIN_CACHE/smollm2 |\n| DEL | ~/adapter |" in text and "del-eval compare" not in text
+    assert text.endswith("## Plots\n\n![Per-place digit accuracy](place_accuracy.png)\n")
+    summary = json.loads((comparison / "summary.json").read_text())
+    assert summary["command"] == "python -m experiments --steps 2" and summary["stages_s"] == timing
+    assert (summary["wall_s"], summary["cpu_s"]) == (125.0, 99.0)
+    assert summary["settings"] == {"train": asdict(train), "alpha": 0.1, "eval_size": n, "max_new_tokens": 16}
+    assert summary["findings"] == findings and list(summary["models"]) == ["base", "MLE", "DEL"]
+    assert summary["models"]["DEL"]["teacher_forced"] == {"mean_entropy": 1.0, "digit_accuracy": 0.5}

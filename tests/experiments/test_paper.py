@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.paper import axolotl_config, eval_sets, mathinstruct_answer
+from experiments.paper_data import mathinstruct_answer
 from experiments.paper_plan import (
     CPU_RATES,
     CPU_TOKENS_PER_ROW,
@@ -27,7 +27,9 @@ from experiments.paper_plan import (
     planned_runs,
     smoke_profile,
 )
-from experiments.sweep import run_state, write_record
+from experiments.paper_runs import eval_sets
+from experiments.paper_worker import axolotl_config
+from experiments.runs import run_state, write_record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,7 +117,7 @@ def test_tokens_per_row_is_smollm2s_count_of_the_formatted_rows():
     (alpaca prompt, question, MathInstruct-form answer, EOS), counted by SmolLM2's tokenizer on all 7,473 rows."""
     from transformers import AutoTokenizer
 
-    from experiments.paper import training_rows
+    from experiments.paper_data import training_rows
     from tools.assets import smollm2_dir
 
     tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir()))
@@ -292,8 +294,9 @@ def _report(accuracies: dict[str, float], tf_accuracy: float) -> dict:
 
 def test_the_report_pairs_each_setting_with_mle_on_the_same_seed(tmp_path):
     from experiments.efficacy import run_metrics
-    from experiments.paper import eval_spec_for, new_record, plan_runs
-    from experiments.paper_report import metrics_for, write_report
+    from experiments.paper_metrics import metrics_for
+    from experiments.paper_report import write_report
+    from experiments.paper_runs import eval_spec_for, new_record, plan_runs
 
     sets = ["gsm8k", "aqua"]
     profile = replace(smoke_profile(PROFILES["cpu"]), settings={"paper": ("del:0", "del:1.28")}, seeds=(42, 43))
@@ -306,7 +309,7 @@ def test_the_report_pairs_each_setting_with_mle_on_the_same_seed(tmp_path):
         ("del:0", 43): ({"gsm8k": 0.6, "aqua": 0.3}, 0.8),
         ("del:1.28", 43): ({"gsm8k": 0.3, "aqua": 0.3}, 0.6),
     }
-    from experiments.paper import _run_dir
+    from experiments.paper_runs import run_dir as _run_dir
 
     for run in runs:
         run_dir = _run_dir(tmp_path, run["regime"], run["setting"], run["seed"])

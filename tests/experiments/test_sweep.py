@@ -13,18 +13,17 @@ from experiments.efficacy import (
     METRICS,
     aggregate,
     paired_comparisons,
-    plot_sweep,
     results_markdown,
 )
-from experiments.sweep import (
-    DEFAULT_SETTINGS,
+from experiments.efficacy_plots import plot_sweep
+from experiments.runs import (
     Setting,
     SweepMismatch,
     parse_setting,
-    plan,
     run_state,
     write_once,
 )
+from experiments.sweep_plan import DEFAULT_SETTINGS, plan
 
 
 def test_mean_ci_by_hand():
@@ -226,3 +225,53 @@ def test_status_lists_the_plan_and_refuses_other_settings(tmp_path, capsys):
     assert len((tmp_path / "data" / "heldout.jsonl").read_text().splitlines()) == 3
     with pytest.raises(SystemExit, match="another --out"):
         main(args[:-2] + ["--eval-size", "4", "--status"])
+
+
+def test_the_sweeps_files_from_its_finished_runs(tmp_path):
+    """results.md, summary.json and runs.csv from hand-made finished runs: only the finished ones count, the base
+    model's metrics kept apart, the times summed, the csv one row per run with the values as recorded."""
+    from experiments.runs import write_record
+    from experiments.sweep_plan import run_dir
+    from experiments.sweep_report import write_results
+
+    args = argparse.Namespace(
+        threads=1, steps=2, micro_batch_size=4, learning_rate=1e-3, eval_size=3, max_new_tokens=8, data_seed=5
+    )
+    args.seeds, args.no_base, args.publish = [1], False, str(tmp_path / "published")
+    reference, setting = parse_setting("del:0"), parse_setting("del:0.3")
+    planned = [(None, None, {"train": None})]
+    planned += [
+        (s, 1, {"train": {"steps": 2}, "criterion": s.criterion, "alpha": s.alpha}) for s in (reference, setting)
+    ]
+    values = {"base": 0.1, "del:0": 0.25, "del:0.3": None}  # del:0.3: planned, not finished
+    for s, seed, spec in planned:
+        folder = run_dir(tmp_path, s, seed)
+        label = "base" if s is None else s.key
+        record = {"setting": label, "seed": seed, "spec": spec}
+        if values[label] is None:
+            write_record(folder, record | {"state": "new"})
+            continue
+        (folder / "adapter").mkdir(parents=True)
+        (folder / "eval").mkdir()
+        (folder / "eval" / "report.json").write_text("{}")
+        metrics = {m.key: values[label] for m in METRICS}
+        timing = {"train_s": 90.0, "eval_s": 30.5}
+        write_record(folder, record | {"state": "done", "metrics": metrics, "timing": timing, "generations": "g"})
+
+    files = write_results(tmp_path, args, ["--seeds", "1"], [reference, setting], planned, None)
+
+    assert [f.name for f in files] == ["results.md", "summary.json", "runs.csv", "metrics_vs_alpha.png"]
+    assert all(f.parent == tmp_path / "published" and f.is_file() for f in files)
+    text = (tmp_path / "results.md").read_text()
+    assert text.startswith("# Efficacy sweep on SmolLM2-135M-Instruct: del:0, del:0.3\n\nWritten by ")
+    assert "`python -m experiments sweep --seeds 1` (" in text and "torch threads 1) from 1 of 2 runs finished" in text
+    assert "their fine-tunes took 1 min 30 s and their evaluations 0 min 30 s" in text  # 30.5 s rounds to even
+    assert "2 steps x 4 problems, lr 0.001 cosine, 3 held-out problems" in text and "seed 5;" in text
+    assert "| base model (no fine-tune) | - | 10.0 |" in text and "| del:0 | 1 | 25.0 |" in text
+    assert "| del:0.3 |" not in text
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["base"]["accuracy"] == 0.1 and summary["seeds"] == [1] and summary["paired"] == {}
+    assert [r["setting"] for r in summary["runs"]] == ["del:0"]
+    rows = (tmp_path / "runs.csv").read_text().splitlines()
+    assert rows[0] == "setting,criterion,alpha,seed," + ",".join(m.key for m in METRICS) + ",train_s,eval_s"
+    assert rows[1:] == ["del:0,del,0,1," + ",".join(["0.25"] * len(METRICS)) + ",90.0,30.5"]

@@ -206,11 +206,17 @@ class HeadShardings:
             return self.zero3
         return self.fsdp2 if sharded_by_fsdp2(self.model) else self.plain
 
+    def all(self) -> tuple[HeadSharding, ...]:
+        return self.plain, self.fsdp2, self.zero3
+
     def unread(self) -> str | None:
-        return self.zero3.unread()
+        """The module some strategy still waits for in this forward, if any."""
+        return next((what for what in (s.unread() for s in self.all()) if what is not None), None)
 
     def reset(self) -> None:
-        self.zero3.reset()
+        for sharding in self.all():
+            sharding.reset()
 
     def remove(self) -> None:
-        self.zero3.remove()
+        for sharding in self.all():
+            sharding.remove()

@@ -10,11 +10,11 @@ where the targets hold a number token), therefore takes the rows it reads while 
 size of 4,096). Without FSDP2 it keeps the weight itself; the single-digit reader reads inside the forward.
 
 :func:`gather_rows` copies ``weight[row_ids]`` (float32) and gives the weight their gradient as
-:mod:`~del_plugin.core.hidden` does: for a parameter (FSDP2's gathered one included), added into the weight's summed
-gradient of the same backward pass by a hook on the weight, never through a ``[V, H]`` zero gradient; FSDP then
-reduce-scatters it with the rest of the head's gradient. :func:`rows_vocab` is the vocabulary as seen through the
-copy (its row ``r`` is the head's row ``vocab.number_row_ids[r]``), so :mod:`~del_plugin.core.hidden`'s functions
-read the copy exactly as they read the head.
+:mod:`~del_plugin.core.hidden` does (:mod:`~del_plugin.core.row_gradient`): for a parameter (FSDP2's gathered one
+included), added into the weight's summed gradient of the same backward pass, never through a ``[V, H]`` zero
+gradient; FSDP then reduce-scatters it with the rest of the head's gradient. :func:`rows_vocab` is the vocabulary
+as seen through the copy (its row ``r`` is the head's row ``vocab.number_row_ids[r]``), so
+:mod:`~del_plugin.core.hidden`'s functions read the copy exactly as they read the head.
 
 A head weight that is still sharded when the decoder returns (a ``DTensor``: FSDP2 made the head a unit of its
 own) is not gathered here: see :class:`~del_plugin.core.capture.DigitLogitsCapture`.
@@ -23,9 +23,8 @@ own) is not gathered here: see :class:`~del_plugin.core.capture.DigitLogitsCaptu
 from __future__ import annotations
 
 import torch
-from torch.autograd import Variable
 
-from .hidden import _WeightRowGradient
+from .row_gradient import dense_row_gradient, row_gradient_sink
 from .vocab import DigitVocab
 
 __all__ = ["gather_rows", "rows_vocab"]
@@ -44,22 +43,16 @@ class _GatheredRows(torch.autograd.Function):
             return None, None, None
         (row_ids,) = ctx.saved_tensors
         if ctx.sink is not None:
-            ctx.sink.pending.append((row_ids, grad_rows))
-            Variable._execution_engine.queue_callback(ctx.sink.end_of_backward)
+            ctx.sink.add(row_ids, grad_rows)
             return None, None, None
         # a weight computed from a parameter (a cast, a view): an ordinary gradient through autograd
-        grad = torch.zeros(ctx.weight_shape, dtype=ctx.weight_dtype, device=grad_rows.device)
-        grad.index_add_(0, row_ids, grad_rows.to(ctx.weight_dtype))
-        return grad, None, None
+        return dense_row_gradient(ctx.weight_shape, ctx.weight_dtype, row_ids, grad_rows), None, None
 
 
 def gather_rows(weight: torch.Tensor, row_ids: torch.Tensor) -> torch.Tensor:
     """``weight[row_ids]`` as a float32 copy (``[R, ...]``, for a ``[V, ...]`` weight or bias), differentiable in
     ``weight``: a parameter's row gradient is added in place into its summed gradient (module docstring)."""
-    sink = None
-    if weight.requires_grad and weight.is_leaf and torch.is_grad_enabled():
-        sink = _WeightRowGradient(weight)
-    return _GatheredRows.apply(weight, row_ids, sink)
+    return _GatheredRows.apply(weight, row_ids, row_gradient_sink(weight))
 
 
 def rows_vocab(vocab: DigitVocab) -> DigitVocab:

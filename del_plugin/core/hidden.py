@@ -13,24 +13,18 @@ The float32 copies of ``h`` (forward) and of its gradient (backward) are made in
 not kept; the backward pass saves ``h`` itself (the same tensor the head's or the fused loss's backward saves) and
 the ``10F x H`` rows.
 
-Gradients. ``h`` gets ``dz · rows``. The head weight gets ``dzᵀ · h`` on its ``10F`` digit rows only: a plain
-``index_select`` would allocate a zero ``[V, H]`` gradient for them (1 GiB in bf16 for Qwen2.5-7B). Instead, for
-a parameter (a leaf tensor, as a model's head weight is, FSDP2's gathered one included), a hook on the weight
-adds the rows into the weight's summed gradient of the same backward pass, in place, before it is accumulated
-into ``.grad`` (so gradient accumulation, DDP and FSDP see one gradient). Beside cross-entropy, which always
-reaches the weight, that costs ``10F x H``; a digit loss on its own is added into ``.grad`` when the backward
-pass ends (refused under DeepSpeed ZeRO-3, which reduces a weight's gradient inside the backward pass). A weight
-computed from a parameter (a cast, a view) gets an ordinary ``[V, H]`` gradient instead.
+Gradients. ``h`` gets ``dz · rows``. The head weight gets ``dzᵀ · h`` on its ``10F`` digit rows only, added into
+the weight's summed gradient outside autograd, never through a zero ``[V, H]`` gradient (1 GiB in bf16 for
+Qwen2.5-7B): :mod:`~del_plugin.core.row_gradient` states when and how. A weight computed from a parameter (a cast, a
+view) gets an ordinary ``[V, H]`` gradient instead.
 """
 
 from __future__ import annotations
 
-import weakref
-
 import torch
-from torch.autograd import Variable
 
 from .digits import DigitTargets, select_digit_family, slot_digit_targets
+from .row_gradient import dense_row_gradient, row_gradient_sink
 from .vocab import DigitVocab
 
 __all__ = [
@@ -74,53 +68,6 @@ def _grad_times(grad: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     return out
 
 
-class _WeightRowGradient:
-    """Adds the digit rows' gradient into the head weight's summed gradient, in the same backward pass."""
-
-    def __init__(self, weight: torch.Tensor):
-        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.weight = weakref.ref(weight)
-        self.handle = weight.register_hook(self)
-
-    def _add_pending(self, grad: torch.Tensor) -> None:
-        while self.pending:
-            ids, rows = self.pending.pop()
-            grad.index_add_(0, ids, rows.to(grad.dtype))
-
-    def __call__(self, grad: torch.Tensor | None) -> torch.Tensor | None:
-        self.handle.remove()
-        if grad is None and self.pending and hasattr(self.weight(), "ds_id"):
-            self.pending.clear()
-            # a None gradient cannot be replaced here, and DeepSpeed ZeRO-3 reduces a parameter's gradient right
-            # after this hook, in the backward pass: the rows cannot wait for end_of_backward
-            raise RuntimeError(
-                "DEL's digit rows are the only gradient of the LM head weight in this backward pass, and DeepSpeed "
-                "ZeRO-3 reduces the weight's gradient when it is accumulated, which needs another loss through the "
-                "head (the model's cross-entropy): under ZeRO-3 train DEL beside the cross-entropy, or freeze the head"
-            )
-        if grad is None or not self.pending:  # None: nothing else reached the weight; see end_of_backward
-            return grad
-        if 0 in grad.stride():  # an expanded (broadcast) gradient: writing into it would write many places
-            grad = grad.contiguous()
-        self._add_pending(grad)
-        return grad
-
-    def end_of_backward(self) -> None:
-        """Queued by the digit logits' backward. Rows still pending mean no other loss reached the weight (DEL on
-        its own): accumulate them into the leaf's ``.grad`` directly, the one case that needs a ``[V, H]`` zero."""
-        if not self.pending:
-            return
-        self.handle.remove()
-        weight = self.weight()
-        if weight is None:
-            self.pending.clear()
-            return
-        with torch.no_grad():
-            if weight.grad is None:
-                weight.grad = torch.zeros_like(weight)
-            self._add_pending(weight.grad)
-
-
 class _HiddenDigitLogits(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, row_ids, sink):  # type: ignore[override]
@@ -141,11 +88,9 @@ class _HiddenDigitLogits(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             row_grad = _grad_times(flat_grad, hidden.reshape(-1, hidden.shape[-1]))  # [R, H]
             if ctx.sink is not None:
-                ctx.sink.pending.append((row_ids, row_grad))
-                Variable._execution_engine.queue_callback(ctx.sink.end_of_backward)
+                ctx.sink.add(row_ids, row_grad)
             else:  # a weight computed from a parameter (a cast, a view): a plain gradient through autograd
-                grad_weight = torch.zeros(ctx.weight_shape, dtype=rows.dtype, device=rows.device)
-                grad_weight.index_add_(0, row_ids, row_grad.to(rows.dtype))
+                grad_weight = dense_row_gradient(ctx.weight_shape, rows.dtype, row_ids, row_grad)
         return grad_hidden, grad_weight, None, None
 
 
@@ -184,12 +129,11 @@ class _HiddenNumberLogits(torch.autograd.Function):
             if ctx.needs_input_grad[1]:
                 row_grad = _grad_times(grad_z, flat.index_select(0, pos))
                 if ctx.sink is not None:
-                    ctx.sink.pending.append((ids, row_grad))
-                    Variable._execution_engine.queue_callback(ctx.sink.end_of_backward)
+                    ctx.sink.add(ids, row_grad)
+                elif grad_weight is None:
+                    grad_weight = dense_row_gradient(weight.shape, weight.dtype, ids, row_grad)
                 else:
-                    if grad_weight is None:
-                        grad_weight = torch.zeros_like(weight)
-                    grad_weight.index_add_(0, ids, row_grad.to(r.dtype))
+                    grad_weight.index_add_(0, ids, row_grad.to(weight.dtype))
         if grad_hidden is not None:
             grad_hidden = grad_hidden.view(hidden.shape)
         return (grad_hidden, grad_weight, None) + (None,) * (2 * ctx.groups)
@@ -229,9 +173,7 @@ def number_logits_from_hidden(
         raise ValueError(f"one position tensor per number group ({len(groups)}) is needed, got {len(positions)}")
     _check_head(hidden, head_weight, vocab, max(vocab.number_row_ids))
     row_ids = vocab.group_row_ids_on(hidden.device)
-    sink = None
-    if head_weight.requires_grad and head_weight.is_leaf and torch.is_grad_enabled():
-        sink = _WeightRowGradient(head_weight)
+    sink = row_gradient_sink(head_weight)
     args = [t for pair in zip(positions, row_ids) for t in pair]
     with torch.autocast(device_type=hidden.device.type, enabled=False):
         z = list(_HiddenNumberLogits.apply(hidden, head_weight, sink, *args))
@@ -253,9 +195,7 @@ def digit_logits_from_hidden(
     """
     _check_head(hidden, head_weight, vocab, max(max(ids) for ids in vocab.family_token_ids))
     ids = vocab.family_ids(hidden.device)
-    sink = None
-    if head_weight.requires_grad and head_weight.is_leaf and torch.is_grad_enabled():
-        sink = _WeightRowGradient(head_weight)
+    sink = row_gradient_sink(head_weight)
     with torch.autocast(device_type=hidden.device.type, enabled=False):
         z = _HiddenDigitLogits.apply(hidden, head_weight, ids.reshape(-1), sink)
         if head_bias is not None:

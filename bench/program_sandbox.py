@@ -22,10 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from del_plugin.evaluation.benchmarks import program
+    from del_plugin.evaluation.benchmarks.program.choice import sandbox_problem
 
     modes = [program.UNSANDBOXED]
     for mode in program.SANDBOXES:
-        problem = program._sandbox_problem(mode)
+        problem = sandbox_problem(mode)
         if problem:
             print(f"{mode}: not measured ({problem})")
         else:

@@ -27,7 +27,8 @@ import torch
 
 from .fused import fused
 from .places import shift_to_next_token
-from .vocab import DigitVocab, classify_labels, slot_targets_of
+from .vocab import DigitVocab
+from .vocab_lookups import classify_labels, slot_targets_of
 
 __all__ = [
     "DigitTargets",

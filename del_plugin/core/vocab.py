@@ -8,17 +8,31 @@ their *number tokens*: a target '123' gives one digit slot per digit, whose ten 
 digit among the 1,000 three-digit tokens (:mod:`~del_plugin.core.digits`). Such a tokenizer is accepted when its
 vocabulary holds every m-digit string for each length m its numbers are cut into; tokenizers whose number tokens
 are an incomplete set (GPT-2: '2000' but not '2001' …) are refused.
+
+:class:`DigitVocab` holds the ids and the tables built from them; reading them from a tokenizer (and the errors
+that refuse one) is :mod:`~del_plugin.core.tokenizer_digits`, and the lookups of token ids in the tables, as
+functions of tensors, are :mod:`~del_plugin.core.vocab_lookups`.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+
+from .tokenizer_digits import (
+    DIGIT_PROBE_TEXT,
+    MAX_TOKEN_DIGITS,
+    SPACE_MARKERS,
+    DigitVocabError,
+    MultiDigitTokenizerError,
+    NoDigitTokensError,
+    read_digit_tokens,
+)
+from .vocab_lookups import BARE_POINT, LEADING_POINT, classify_labels, lookup, slot_targets_of
 
 __all__ = [
     "DIGIT_PROBE_TEXT",
@@ -31,38 +45,10 @@ __all__ = [
     "NoDigitTokensError",
 ]
 
-# Word-start markers that tokenizers glue onto a token: SentencePiece '▁', byte-level BPE 'Ġ', and a plain space.
-SPACE_MARKERS: tuple[str, ...] = ("▁", "Ġ", " ")
-
 # Bits of DigitVocab.kind_table: a digit token, a decimal-point token, a token that can only start a number.
 KIND_DIGIT = 1
 KIND_POINT = 2
 KIND_FRESH = 4
-
-# Numbers in the shapes fine-tuning data has (years, money, decimals, thousands separators, a leading '.'):
-# a tokenizer that splits all of them into single digits splits numbers into digits.
-DIGIT_PROBE_TEXT = "In 2024 she paid $1,234.50 for 12345678 items: 3.14159 each, .5 less than 90, i.e. 0.001%."
-# Runs of 1 to 12 digits, after a space and after a letter: how long the number tokens a tokenizer cuts can be;
-# then digits before letters (ordinals, versions), which a tokenizer might glue into one token.
-LENGTH_PROBE_TEXT = " ".join(f"{'314159265358'[:n]} x{'271828182845'[:n]}" for n in range(1, 13)) + (
-    " the 21st, 42nd and 2024th time; x86 or v12"
-)
-
-# The longest number tokens DEL reads: a slot of an m-digit token is a marginal over 10**m token logits.
-MAX_TOKEN_DIGITS = 3
-
-
-class DigitVocabError(ValueError):
-    """The tokenizer cannot be used with DEL."""
-
-
-class NoDigitTokensError(DigitVocabError):
-    """The tokenizer lacks one of the single-character tokens '0'..'9'."""
-
-
-class MultiDigitTokenizerError(DigitVocabError):
-    """The tokenizer merges digits into tokens DEL cannot read: an incomplete set of m-digit tokens, digits merged
-    with other characters, or numbers longer than :data:`MAX_TOKEN_DIGITS` digits per token."""
 
 
 class NumberGroup(NamedTuple):
@@ -72,13 +58,6 @@ class NumberGroup(NamedTuple):
     family: int
     digits: int
     token_ids: tuple[int, ...]
-
-
-def _strip_marker(token: str) -> tuple[str, str]:
-    for marker in SPACE_MARKERS:
-        if token.startswith(marker) and len(token) > len(marker):
-            return marker, token[len(marker) :]
-    return "", token
 
 
 @dataclass(frozen=True)
@@ -154,54 +133,7 @@ class DigitVocab:
         ``MultiDigitTokenizerError`` when numbers are cut into tokens DEL cannot read (the error names them).
         """
         name = str(name or getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__)
-        vocab: Mapping[str, int] = tokenizer.get_vocab()
-        lengths = _number_token_lengths(tokenizer, name)
-        families: list[tuple[int, ...]] = []
-        markers: list[str] = []
-        for marker in ("",) + SPACE_MARKERS:
-            ids = [vocab.get(marker + str(d)) for d in range(10)]
-            if all(i is not None for i in ids):
-                families.append(tuple(int(i) for i in ids))
-                markers.append(marker)
-            elif marker == "":
-                missing = [str(d) for d, i in zip(range(10), ids) if i is None]
-                raise NoDigitTokensError(
-                    f"{name}: DEL needs a token for each digit 0-9, but {', '.join(repr(m) for m in missing)} "
-                    "have none. Use a tokenizer that splits numbers into single digits "
-                    "(Llama-2/CodeLlama, Mistral incl. Tekken, Qwen2/2.5/3/3.5, Gemma-3, Phi-3, DeepSeek LLM) or "
-                    "into complete chunks of 1-3 digits (Llama-3, gpt-oss, Phi-4, OLMo-2, DeepSeek-V3)."
-                )
-        number_ids: list[tuple[int, ...]] = []
-        number_families: list[int] = []
-        for marker, longest in sorted(lengths.items()):
-            if marker not in markers:
-                raise MultiDigitTokenizerError(
-                    f"{name} cuts numbers into {marker!r}-marked tokens of up to {longest} digits, but has no "
-                    f"complete set of {marker!r}-marked single digits to read them with"
-                )
-            for digits in range(2, longest + 1):
-                strings = [marker + str(v).zfill(digits) for v in range(10**digits)]
-                missing = [t for t in strings if t not in vocab]
-                if missing:
-                    raise MultiDigitTokenizerError(
-                        f"{name} merges digits into multi-digit tokens of up to {longest} digits, but its "
-                        f"vocabulary lacks {len(missing)} of the {10**digits} {digits}-digit strings (e.g. "
-                        f"{', '.join(repr(t) for t in missing[:5])}), so the digits of a {digits}-digit token have "
-                        "no ten-way distribution for DEL to act on. Use a tokenizer that splits numbers into single "
-                        "digits or into complete chunks of 1-3 digits (Llama-3, gpt-oss, Phi-4, OLMo-2), or remove "
-                        "del_plugin.DELPlugin from `plugins`."
-                    )
-                number_ids.append(tuple(int(vocab[t]) for t in strings))
-                number_families.append(markers.index(marker))
-        return cls(
-            family_token_ids=tuple(families),
-            family_markers=tuple(markers),
-            decimal_point_id=vocab.get("."),
-            leading_point_ids=tuple(sorted(i for tok, i in vocab.items() if _is_leading_point(tok))),
-            name=name,
-            number_token_ids=tuple(number_ids),
-            number_families=tuple(number_families),
-        )
+        return cls(**read_digit_tokens(tokenizer, name))
 
     # ------------------------------------------------------------------ lookups
     @property
@@ -341,15 +273,15 @@ class DigitVocab:
 
     def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         def build():
-            # code[id] = family * 10 + digit for digit tokens, _BARE_POINT / _LEADING_POINT for decimal points,
+            # code[id] = family * 10 + digit for digit tokens, BARE_POINT / LEADING_POINT for decimal points,
             # -1 elsewhere (one int16 per vocabulary entry)
             code = torch.full((self.table_size,), -1, dtype=torch.int16)
             for f, ids in enumerate(self.family_token_ids):
                 code[list(ids)] = torch.arange(10, dtype=torch.int16) + 10 * f
             if self.decimal_point_id is not None:
-                code[self.decimal_point_id] = _BARE_POINT
+                code[self.decimal_point_id] = BARE_POINT
             if self.leading_point_ids:
-                code[list(self.leading_point_ids)] = _LEADING_POINT
+                code[list(self.leading_point_ids)] = LEADING_POINT
             return code, torch.tensor(self.family_token_ids, dtype=torch.long), torch.arange(10)
 
         return self._on_device("digit", device, build)
@@ -373,7 +305,7 @@ class DigitVocab:
     def decimal_points(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Masks of the bare '.' token and of the leading-point tokens ('*.', '▁.' …) among ``labels``."""
         code = self._codes(labels)
-        return code == _BARE_POINT, code == _LEADING_POINT
+        return code == BARE_POINT, code == LEADING_POINT
 
     def family_ids(self, device: torch.device) -> torch.Tensor:
         """``[num_families, 10]`` long tensor of digit token ids on ``device``."""
@@ -413,96 +345,6 @@ class DigitVocab:
         ('123': 1, 2, 3), and exists for ``j`` below the token's digit count. Non-digits have no slot (-100 and ids
         outside the vocabulary included)."""
         return slot_targets_of(labels, self._number_tables(labels.device), self.max_digits)
-
-
-_BARE_POINT = -2
-_LEADING_POINT = -3
-
-
-# Lookups of token ids in a vocabulary's device tables, as functions of tensors only (so that a compiled program,
-# :mod:`~del_plugin.core.fused`, can hold them); the DigitVocab methods above call them with the vocabulary's tables.
-def lookup(table: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """``table[labels]`` as int64, and -1 for -100 and every id past the table."""
-    size = table.shape[0]
-    in_table = (labels >= 0) & (labels < size)
-    return torch.where(in_table, table[labels.clamp(0, size - 1)].long(), -1)
-
-
-def classify_labels(labels: torch.Tensor, code_table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:meth:`DigitVocab.classify` with its :meth:`~DigitVocab.code_table_on`."""
-    code = lookup(code_table, labels)
-    is_digit = code >= 0
-    digit = torch.where(is_digit, code % 10, -1)
-    family = torch.where(is_digit, code // 10, -1)
-    return digit, family
-
-
-def slot_targets_of(
-    labels: torch.Tensor, tables: dict[str, torch.Tensor], slots: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:meth:`DigitVocab.slot_targets` with its :meth:`~DigitVocab.number_tables_on` and ``slots`` =
-    :attr:`~DigitVocab.max_digits`."""
-    row = lookup(tables["row"], labels)
-    is_number = row >= 0
-    safe = row.clamp(min=0)
-    group = torch.where(is_number, tables["group"][safe], -1)
-    digits = torch.where(is_number, tables["digits"][safe], 0)
-    value = tables["value"][safe]
-    slot = torch.arange(slots, device=labels.device)
-    mask = slot < digits.unsqueeze(-1)
-    power = torch.pow(10, (digits.unsqueeze(-1) - 1 - slot).clamp(min=0))
-    digit = torch.where(mask, value.unsqueeze(-1) // power % 10, 0)
-    return group, digit, mask
-
-
-def _is_leading_point(token: str) -> bool:
-    """'*.', '(.', '▁.', '=.': punctuation (or a space marker) then one final '.', so that "18*.5" keeps its '.5'."""
-    marker, body = _strip_marker(token)
-    if not body.endswith(".") or (len(body) < 2 and not marker):
-        return False
-    # byte-level markers such as 'Ġ' are letters to str.isalnum, so judge the token without its marker
-    return not any(ch.isalnum() or ch == "." for ch in body[:-1])
-
-
-def _number_token_lengths(tokenizer: Any, name: str) -> dict[str, int]:
-    """The longest number token per space marker in the tokenizer's output on the probe texts, for markers whose
-    number tokens hold 2 digits or more (empty for single-digit tokenizers). Refuses a tokenizer that merges digits
-    with other characters ('2024th', '$12') or cuts numbers longer than :data:`MAX_TOKEN_DIGITS` digits."""
-    longest: dict[str, int] = {}
-    mixed: list[str] = []
-    too_long: list[str] = []
-    for text in (DIGIT_PROBE_TEXT, LENGTH_PROBE_TEXT):
-        ids: Sequence[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
-        for tok in tokenizer.convert_ids_to_tokens(list(ids)):
-            marker, body = _strip_marker(tok)
-            digits = sum(ch in _ASCII_DIGITS for ch in body)
-            if digits < 2:
-                continue
-            if digits != len(body):
-                if tok not in mixed:
-                    mixed.append(tok)
-                continue
-            longest[marker] = max(longest.get(marker, 0), digits)
-            if digits > MAX_TOKEN_DIGITS and tok not in too_long:
-                too_long.append(tok)
-    if mixed or too_long:
-        if mixed:
-            why = f"merges digits with other characters into tokens (e.g. {', '.join(repr(t) for t in mixed[:5])})"
-        else:
-            why = (
-                f"merges digits into multi-digit tokens of up to {max(longest.values())} digits (e.g. "
-                f"{', '.join(repr(t) for t in too_long[:5])}; DEL reads number tokens of up to {MAX_TOKEN_DIGITS})"
-            )
-        raise MultiDigitTokenizerError(
-            f"{name} {why} in its probe texts, so those digits have no ten-way distribution for DEL to act on. Use "
-            "a tokenizer that splits numbers into single digits (Llama-2/CodeLlama, Mistral incl. Tekken, "
-            "Qwen2/2.5/3/3.5, Gemma-3, Phi-3, DeepSeek LLM) or into complete chunks of 1-3 digits (Llama-3, gpt-oss, "
-            "Phi-4, OLMo-2), or remove del_plugin.DELPlugin from `plugins`."
-        )
-    return longest
-
-
-_ASCII_DIGITS = frozenset("0123456789")
 
 
 def _digits_of(ids: tuple[int, ...]) -> int:

@@ -60,7 +60,7 @@ def test_dels_small_ops_compile_whole_and_give_the_eager_results(monkeypatch):
     programs (dynamic shapes)."""
     from del_plugin.core import digit_targets_from_hidden
     from del_plugin.core.criteria import digit_criterion_sums
-    from del_plugin.core.criteria.registry import _digit_sums
+    from del_plugin.core.criteria.dispatch import _digit_sums
     from del_plugin.core.digits import _assemble_slots, _select_family
 
     def run(vocab, labels, mode, criterion="del"):

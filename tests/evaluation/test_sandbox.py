@@ -22,13 +22,18 @@ from sandbox_programs import CONTROLS, ORDINARY, SECRET_VARIABLE, STOPPED_BY, Ob
 from del_plugin.evaluation import cli
 from del_plugin.evaluation.benchmarks import program as program_module
 from del_plugin.evaluation.benchmarks.program import SANDBOXES, UNSANDBOXED, run_programs
+from del_plugin.evaluation.benchmarks.program import folders as program_folders
+from del_plugin.evaluation.benchmarks.program.bwrap import bwrap_command, bwrap_executable, bwrap_problem
+from del_plugin.evaluation.benchmarks.program.choice import sandbox_problem
+from del_plugin.evaluation.benchmarks.program.launch import launcher_settings
+from del_plugin.evaluation.benchmarks.program.mounts import hidden_mounts, python_binds
 
 PROJECT = Path(__file__).resolve().parents[2]
 UNPRIVILEGED = 64321  # a user (and group) with no account here: nothing on the machine is theirs
 
 
 def require(sandbox: str) -> None:
-    if sandbox != UNSANDBOXED and (problem := program_module._sandbox_problem(sandbox)):
+    if sandbox != UNSANDBOXED and (problem := sandbox_problem(sandbox)):
         pytest.skip(f"the {sandbox} sandbox cannot run here: {problem}")
 
 
@@ -88,9 +93,9 @@ def test_a_program_cannot_read_the_parents_environment(tmp_path):
     with the secret (a process's /proc/<pid>/environ is the environment it was started with), running
     program.py alone."""
     secret = f"hf_{uuid.uuid4().hex}"
-    sandboxes = [s for s in SANDBOXES if not program_module._sandbox_problem(s)]
+    sandboxes = [s for s in SANDBOXES if not sandbox_problem(s)]
     if not sandboxes:
-        pytest.skip("no sandbox works here: " + "; ".join(map(program_module._sandbox_problem, SANDBOXES)))
+        pytest.skip("no sandbox works here: " + "; ".join(map(sandbox_problem, SANDBOXES)))
     command = [sys.executable, "-I", "-c", _RUN_IN_EACH, str(PROJECT), *sandboxes, UNSANDBOXED]
     environment = dict(os.environ, **{SECRET_VARIABLE: secret})
     result = subprocess.run(
@@ -147,9 +152,9 @@ def run_as_unprivileged_user(sandbox: str, scratch: Path) -> dict:
     for path in (scratch, home, planted):
         os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
     # a bwrap found on the caller's PATH (say /usr/local/bin) is the one the sandbox runs: on the user's PATH too
-    bwrap = program_module._bwrap_executable()
+    bwrap = bwrap_executable()
     extra = [os.path.dirname(bwrap)] if bwrap and os.path.dirname(bwrap) not in ("/usr/bin", "/bin") else []
-    needed = sorted({real for real, _ in program_module._python_binds()} | {str(PROJECT), str(scratch), *extra})
+    needed = sorted({real for real, _ in python_binds()} | {str(PROJECT), str(scratch), *extra})
     driver = [sys.executable, str(PROJECT / "tests" / "helpers" / "sandbox_programs.py"), sandbox, str(planted)]
     user = ["setpriv", f"--reuid={UNPRIVILEGED}", f"--regid={UNPRIVILEGED}", "--clear-groups"]
     secret = f"{SECRET_VARIABLE}=hf_{uuid.uuid4().hex}"  # in the environment it starts with: in its /proc/<pid>/environ
@@ -268,7 +273,7 @@ sys.path.insert(0, sys.argv[1] + '/tests/helpers')
 from sandbox_programs import load_program_module
 program, code = load_program_module(sys.argv[1]), sys.stdin.read()
 print(json.dumps({
-    mode: program._sandbox_problem(mode) or program.run_program(code, sandbox=mode, timeout_s=20).__dict__
+    mode: program.choice.sandbox_problem(mode) or program.run_program(code, sandbox=mode, timeout_s=20).__dict__
     for mode in program.SANDBOXES
 }))
 """
@@ -324,13 +329,13 @@ def test_bwrap_is_checked_and_run_from_one_absolute_path(tmp_path, monkeypatch):
     fake.write_text("#!/bin/sh\necho bubblewrap 0.8.0\n", encoding="utf-8")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-    program_module._bwrap_executable.cache_clear()
+    bwrap_executable.cache_clear()
     try:
-        assert program_module._bwrap_problem() is None
-        settings = program_module._launcher_settings("bwrap", 3, 5, 1 << 30, 1000, 4)
-        assert program_module._bwrap_command(settings)[0] == str(fake)
+        assert bwrap_problem() is None
+        settings = launcher_settings("bwrap", 3, 5, 1 << 30, 1000, 4)
+        assert bwrap_command(settings)[0] == str(fake)
     finally:
-        program_module._bwrap_executable.cache_clear()
+        bwrap_executable.cache_clear()
 
 
 _RUN_ONE = """
@@ -366,12 +371,12 @@ def test_the_folders_of_a_killed_run_are_removed_by_the_next_run_and_a_running_o
         elsewhere.mkdir()
         saved = tempfile.tempdir
         tempfile.tempdir = str(tmp)
-        program_module._remove_folders_of_ended_runs.cache_clear()
+        program_folders._remove_folders_of_ended_runs.cache_clear()
         try:
             assert run_programs(["print(6 * 7)"], sandbox=UNSANDBOXED)[0].stdout == "42\n"
         finally:
             tempfile.tempdir = saved
-            program_module._remove_folders_of_ended_runs.cache_clear()
+            program_folders._remove_folders_of_ended_runs.cache_clear()
         assert not folders[str(killed.pid)].exists()
         assert folders[str(running.pid)].exists() and elsewhere.exists()  # a run still going keeps its folder
     finally:
@@ -391,9 +396,9 @@ def test_the_answer_key_is_covered_wherever_a_bind_shows_it(tmp_path):
     (sets / "sat").mkdir(parents=True)
     (sets / "sat" / "sat.json").write_text("[]")
     binds = [(str(venv), str(venv)), (str(venv), "/opt/venv-link")]
-    covers = program_module._hidden_mounts([str(sets), str(sets / "sat" / "sat.json")], binds)
+    covers = hidden_mounts([str(sets), str(sets / "sat" / "sat.json")], binds)
     assert [c for c in covers if "sets" in c[0]] == [["/opt/venv-link/share/sets", "folder"], [str(sets), "folder"]]
-    covers = program_module._hidden_mounts([str(tmp_path), str(sets / "sat" / "sat.json")], binds)
+    covers = hidden_mounts([str(tmp_path), str(sets / "sat" / "sat.json")], binds)
     assert [c for c in covers if "sat" in c[0]] == [
         ["/opt/venv-link/share/sets/sat/sat.json", "file"],
         [str(sets / "sat" / "sat.json"), "file"],

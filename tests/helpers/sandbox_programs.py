@@ -245,12 +245,14 @@ def run_and_observe(
 
 
 def load_program_module(project: str):
-    """``del_plugin/evaluation/benchmarks/program.py`` of ``project`` alone, without the package's imports (a
-    second or more of start-up that is not what is tested)."""
+    """The package ``del_plugin/evaluation/benchmarks/program`` of ``project`` alone, as a top-level package
+    ``program``, without del_plugin's imports (a second or more of start-up that is not what is tested)."""
     import importlib.util
 
-    path = Path(project) / "del_plugin" / "evaluation" / "benchmarks" / "program.py"
-    spec = importlib.util.spec_from_file_location("program", path)
+    folder = Path(project) / "del_plugin" / "evaluation" / "benchmarks" / "program"
+    spec = importlib.util.spec_from_file_location(
+        "program", folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
     module = sys.modules["program"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

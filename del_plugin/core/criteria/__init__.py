@@ -32,15 +32,16 @@ count). Two kinds:
 ``mle`` is cross-entropy alone: no term at all.
 
 The package: :mod:`~del_plugin.core.criteria.digit` and :mod:`~del_plugin.core.criteria.number` (terms added to
-cross-entropy),
-:mod:`~del_plugin.core.criteria.token` (losses that replace it) and :mod:`~del_plugin.core.criteria.registry` (the
-criteria by name, and the dispatch).
+cross-entropy), :mod:`~del_plugin.core.criteria.token` (losses that replace it),
+:mod:`~del_plugin.core.criteria.registry` (the criteria by name) and :mod:`~del_plugin.core.criteria.dispatch` (their
+terms, reductions and logged sums, by name).
 """
 
-from . import digit, number, registry, token
+from . import digit, dispatch, number, registry, token
 from .digit import *  # noqa: F403 (the package's names are its modules')
+from .dispatch import *  # noqa: F403
 from .number import *  # noqa: F403
 from .registry import *  # noqa: F403
 from .token import *  # noqa: F403
 
-__all__ = [*digit.__all__, *number.__all__, *registry.__all__, *token.__all__]
+__all__ = [*digit.__all__, *number.__all__, *registry.__all__, *dispatch.__all__, *token.__all__]

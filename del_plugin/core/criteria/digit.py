@@ -2,7 +2,7 @@
 
 Each reads :class:`~del_plugin.core.digits.DigitTargets` only (the ``[..., 10]`` logits of the target's digit family,
 or of each slot of a number token) and returns a float32 term per position (per slot), exactly 0 where there is no
-digit; the caller normalises (:func:`~del_plugin.core.criteria.registry.reduce_token_losses`, or the trainer's
+digit; the caller normalises (:func:`~del_plugin.core.criteria.dispatch.reduce_token_losses`, or the trainer's
 step-wide digit count).
 
 DEL: ``l_t = u_t * mean_k(p_hat_k * BCE_k)``, ``p_hat = softmax(z)``, ``BCE_k = bce_with_logits(z_k, onehot(y)_k)``,

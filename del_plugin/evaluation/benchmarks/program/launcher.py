@@ -1,4 +1,4 @@
-"""The launcher of one model-written program (see :mod:`.program`).
+"""The launcher of one model-written program (see :mod:`del_plugin.evaluation.benchmarks.program`).
 
 It is run as ``python -I -c <the source of this file> <settings as JSON>``, with the program's source on stdin,
 its stdout and stderr on files of the caller, and a status pipe on the file descriptor ``status_fd``. It uses the

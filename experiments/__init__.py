@@ -11,7 +11,7 @@ Commands (a parser and ``main``, imported by nothing but ``__main__``): ``pipeli
   ``precision``: float32 master weights under bf16 autocast (an Axolotl plugin).
 - the demo's report: ``demo_report`` (results.md, summary.json), ``findings`` (what it found, in words).
 - the sweep: ``sweep_plan`` (settings, seeds, specs), ``sweep_worker`` (one run), ``sweep_report``, with the
-  statistics and tables of ``efficacy`` and the plots of ``efficacy_plots``.
+  statistics and tables of ``efficacy`` (over seeds: ``seed_stats``) and the plots of ``efficacy_plots``.
 - the paper's regime: ``paper_plan`` (regimes, profiles, the time estimate), ``paper_runs`` (every run's spec and
   folder), ``paper_data`` (GSM8K rows, the model), ``paper_worker`` (one run), ``paper_metrics``, ``paper_report``.
 

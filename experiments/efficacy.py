@@ -21,10 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from del_plugin.evaluation.stats import holm, mean_ci, sign_test_p
+from del_plugin.evaluation.stats import holm, sign_test_p
 from del_plugin.evaluation.verdict import log_error, tf_digit_accuracy, verdict_markdown
 
 from .findings import paired_lower
+from .seed_stats import mean_ci
 
 __all__ = [
     "METRICS",

@@ -1,8 +1,7 @@
-"""The statistics of del-eval and the demo, in one place, on scipy.stats and vectorised numpy.
+"""The statistics of del-eval's comparisons, on scipy.stats and vectorised numpy.
 
 * :func:`accuracy_se`: the standard error of an accuracy, as lm-evaluation-harness prints it (sample standard
   deviation of the 0/1 outcomes over the square root of their count);
-* :func:`mean_ci`: mean and Student-t 95 % interval of a few values (the demo's per-seed differences);
 * :func:`sign_test_p`: the exact two-sided sign test on discordant pairs (McNemar's exact test), scipy's binomtest;
 * :func:`holm`: Holm-Bonferroni adjusted p-values;
 * :func:`paired_bootstrap`: the paired accuracy difference of two arms (one run each, or several seeds each) over
@@ -18,7 +17,6 @@ Every resampling is seeded: the same inputs give the same intervals.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,7 +30,6 @@ __all__ = [
     "accuracy_se",
     "detectable_difference",
     "holm",
-    "mean_ci",
     "paired_bootstrap",
     "sign_test_p",
     "z_quantile",
@@ -52,15 +49,6 @@ def z_quantile(q: float) -> float:
     return float(norm.ppf(q))
 
 
-def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
-    """The two-sided ``confidence`` quantile of Student's t with ``df`` degrees of freedom (scipy)."""
-    from scipy.stats import t
-
-    if df < 1:
-        raise ValueError(f"df must be >= 1, got {df}")
-    return float(t.ppf(0.5 + confidence / 2, df))
-
-
 def accuracy_se(correct: int, n: int) -> float | None:
     """Standard error of an accuracy ``correct / n``, as lm-evaluation-harness computes it (``mean_stderr``: the
     sample standard deviation of the 0/1 outcomes, n - 1 in its denominator, over sqrt(n)); None below 2 problems."""
@@ -68,21 +56,6 @@ def accuracy_se(correct: int, n: int) -> float | None:
         return None
     p = correct / n
     return math.sqrt(p * (1 - p) / (n - 1))
-
-
-def mean_ci(values: Sequence[float | None], confidence: float = CONFIDENCE) -> dict:
-    """Mean, sample standard deviation and Student-t interval of ``values`` (None values are left out); with one
-    value the interval is None."""
-    values = [float(v) for v in values if v is not None]
-    n = len(values)
-    if n == 0:
-        return {"n": 0, "mean": None, "sd": None, "low": None, "high": None}
-    mean = statistics.fmean(values)
-    if n == 1:
-        return {"n": 1, "mean": mean, "sd": None, "low": None, "high": None}
-    sd = statistics.stdev(values)
-    half = t_quantile(n - 1, confidence) * sd / math.sqrt(n)
-    return {"n": n, "mean": mean, "sd": sd, "low": mean - half, "high": mean + half}
 
 
 def sign_test_p(wins: int, losses: int) -> float:

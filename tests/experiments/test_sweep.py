@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from del_plugin.evaluation.stats import holm, mean_ci, sign_test_p
+from del_plugin.evaluation.stats import holm, sign_test_p
 from experiments.efficacy import (
     METRICS,
     aggregate,
@@ -23,6 +23,7 @@ from experiments.runs import (
     run_state,
     write_once,
 )
+from experiments.seed_stats import mean_ci
 from experiments.sweep_plan import DEFAULT_SETTINGS, plan
 
 
@@ -31,6 +32,9 @@ def test_mean_ci_by_hand():
     assert stats["mean"] == 2.0 and stats["sd"] == 1.0 and stats["n"] == 3
     half = 4.3027 / math.sqrt(3)  # t(0.975, 2 df) = 4.30265, from a printed table
     assert stats["low"] == pytest.approx(2 - half, abs=1e-4) and stats["high"] == pytest.approx(2 + half, abs=1e-4)
+    from scipy.stats import t
+
+    assert stats["low"] == pytest.approx(2 - t.ppf(0.975, 2) / math.sqrt(3))  # sd 1
     assert mean_ci([5.0]) == {"n": 1, "mean": 5.0, "sd": None, "low": None, "high": None}
     assert mean_ci([None, 4.0, None])["mean"] == 4.0
     assert mean_ci([])["mean"] is None

@@ -109,7 +109,7 @@ def check_eval_extra_installed(data: dict) -> None:
     """The evaluation's packages (``del-plugin[eval]``), checked before training rather than after it."""
     if data.get("del_eval_benchmarks") is None:
         return
-    from ..evaluation.report import require_eval_extra
+    from ..evaluation.eval_extra import require_eval_extra
 
     try:
         require_eval_extra()

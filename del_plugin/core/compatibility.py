@@ -126,8 +126,8 @@ def _named(keys) -> str:
 class Rule:
     """One refused combination: ``keys`` are the config keys (or host arguments) its refusal names, ``hosts`` the
     places that apply it, ``problem`` and ``fix`` the two halves of the message (``str.format`` templates of the
-    facts a host passes: ``criterion``, ``kernels``, ``key``, ``loss_type``, ``others``), joined by ``joiner``.
-    ``others`` (the criteria that work beside a kernel) is filled in when a template names it."""
+    facts a host passes: ``criterion``, ``kernels``, ``key``, ``loss_type``), joined by ``joiner``. ``others`` (the
+    criteria that work beside a kernel) and each engine of :data:`ENGINES` (``zero3``) are filled in."""
 
     name: str
     keys: tuple[str, ...]
@@ -140,10 +140,11 @@ class Rule:
         if "kernels" in facts:
             facts["kernels"] = _named(facts["kernels"])
         facts.setdefault("others", criteria_names(needs_full_logits=False))
+        for engine, words in ENGINES.items():
+            facts.setdefault(engine, words)
         return self.problem.format(**facts) + self.joiner + self.fix.format(**facts)
 
 
-_FSDP2 = "examples/*/paper-full-fsdp.yml"
 RULES: dict[str, Rule] = {
     r.name: r
     for r in (
@@ -230,18 +231,18 @@ RULES: dict[str, Rule] = {
             "fused_kernel_vs_zero3",
             ("deepspeed", *(k for k, kernel in KERNELS.items() if kernel.fused)),
             ("axolotl",),
-            "{kernels} with " + ENGINES["zero3"] + ": ZeRO-3 partitions lm_head.weight and gathers it only inside "
+            "{kernels} with {zero3}: ZeRO-3 partitions lm_head.weight and gathers it only inside "
             "the head's own forward, where DEL reads its digit rows, and the fused kernel reads the weight without "
             "calling the head",
             "Under ZeRO-3 train with plain cross-entropy (remove the key), or keep the kernel and shard with FSDP2 "
-            f"(the fsdp_config of {_FSDP2}, docs/distributed.md)",
+            "(the fsdp_config of examples/*/paper-full-fsdp.yml, docs/distributed.md)",
             joiner=". ",
         ),
         Rule(
             "whole_head_criterion_vs_zero3",
             ("deepspeed", "del_criterion"),
             ("axolotl",),
-            "`del_criterion: {criterion}` with " + ENGINES["zero3"] + ": it copies the whole lm_head.weight when "
+            "`del_criterion: {criterion}` with {zero3}: it copies the whole lm_head.weight when "
             "the trainer is built, and ZeRO-3 has partitioned it across the ranks by then",
             "Train it with ZeRO-1 or -2 (deepspeed_configs/zero2.json), FSDP2 or one GPU, or use a digit criterion "
             "under ZeRO-3 ({others})",

@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import __version__
 from .benchmarks.sets import BENCHMARK_NAMES
 from .errors import OutputError, decode_text, json_value, read_input_bytes
+from .eval_extra import require_eval_extra
 from .math_verify_scoring import MISSING_NOTE, math_verify_available
 from .metrics import GenerationMetrics, NumericMetrics
 from .output import (
@@ -65,25 +66,7 @@ GENERATIONS_FILE = "generations.jsonl"
 PLOT_FILES = ("entropy_histogram.png", "place_accuracy.png", "benchmark_accuracy.png")
 # where a run that replaces another run's report (--overwrite) writes until it is complete
 STAGING_DIR = ".del-eval-new"
-EVAL_EXTRA = ("matplotlib", "tqdm", "scipy")
 FOREST_PLOT = "difference_forest.png"
-
-
-def require_eval_extra() -> None:
-    """Raise ImportError, naming the extra to install, when a package of ``del-plugin[eval]`` is missing: before
-    any work, not at the plot after an hour of generation."""
-    import importlib
-
-    missing = []
-    for module in EVAL_EXTRA:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            missing.append(module)
-    if missing:
-        raise ImportError(
-            f"del-eval needs {', '.join(missing)}: install the evaluation extra, pip install 'del-plugin[eval]'"
-        )
 
 
 def load_report(path: str | Path) -> dict:

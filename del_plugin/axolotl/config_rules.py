@@ -9,7 +9,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..core.compatibility import RULES, cross_entropy_kernels, fused_cross_entropy, lora_targets_head, zero_stage
+from ..core.compatibility import (
+    RULES,
+    cross_entropy_kernels,
+    fused_cross_entropy,
+    kernels_dropping_lora_head,
+    lora_targets_head,
+    zero_stage,
+)
 from ..core.criteria import CRITERIA
 from ..hf.settings import DELSettings
 from .logs import LOG
@@ -110,7 +117,7 @@ def refuse_lora_head_with_liger_fused_loss(data: dict) -> None:
     """Liger's fused linear cross-entropy reads ``lm_head.weight`` (the base weight): a LoRA adapter on the head
     would not train. (Axolotl 0.21's Cut Cross Entropy folds such adapters into its loss:
     :func:`~del_plugin.axolotl.kernels.cce_folds_lora_head`, checked when the model loads.)"""
-    if data.get("liger_fused_linear_cross_entropy") and lora_targets_head(data.get("lora_target_modules")):
+    if kernels_dropping_lora_head(data) and lora_targets_head(data.get("lora_target_modules")):
         refuse(RULES["lora_head_vs_liger_fused"].message())
 
 

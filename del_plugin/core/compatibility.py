@@ -30,8 +30,10 @@ __all__ = [
     "cce_folds_lora_head",
     "cross_entropy_kernels",
     "fused_cross_entropy",
+    "kernels_dropping_lora_head",
     "logits_missing_message",
     "lora_targets_head",
+    "switched_on",
     "zero_stage",
 ]
 
@@ -67,19 +69,26 @@ def cce_enabled(data: Any) -> bool:
     return any("cut_cross_entropy" in p for p in plugins) and bool(data.get("cut_cross_entropy", True))
 
 
+def switched_on(data: Any) -> list[str]:
+    """The keys of :data:`KERNELS` a config switches on, in the table's order."""
+    return [key for key in KERNELS if (cce_enabled(data) if key == "cut_cross_entropy" else data.get(key))]
+
+
 def fused_cross_entropy(data: Any) -> list[str]:
     """The config keys that switch on a cross-entropy kernel which never materialises the logits."""
-    keys = ["liger_fused_linear_cross_entropy"] if data.get("liger_fused_linear_cross_entropy") else []
-    if cce_enabled(data):
-        keys.append("cut_cross_entropy")
-    return keys
+    return [key for key in switched_on(data) if KERNELS[key].fused]
 
 
 def cross_entropy_kernels(data: Any) -> list[str]:
     """The config keys that replace the plain cross-entropy with a kernel of their own: the fused ones, then those
     that build the logits but compute the loss their own way."""
-    others = [key for key, kernel in KERNELS.items() if not kernel.fused and data.get(key)]
-    return fused_cross_entropy(data) + others
+    return fused_cross_entropy(data) + [key for key in switched_on(data) if not KERNELS[key].fused]
+
+
+def kernels_dropping_lora_head(data: Any) -> list[str]:
+    """The config keys that switch on a kernel which reads the base ``lm_head.weight``, so that a LoRA adapter on the
+    head would not train through its loss."""
+    return [key for key in switched_on(data) if not KERNELS[key].folds_lora_head]
 
 
 def lora_targets_head(targets: Any) -> bool:

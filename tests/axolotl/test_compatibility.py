@@ -18,6 +18,7 @@ from del_plugin.core.compatibility import (
     cce_enabled,
     cross_entropy_kernels,
     fused_cross_entropy,
+    kernels_dropping_lora_head,
     logits_missing_message,
     lora_targets_head,
     zero_stage,
@@ -56,6 +57,8 @@ def test_the_kernels_a_config_switches_on(config, fused, replacing):
     assert fused_cross_entropy(config) == fused
     assert cce_enabled(config) == ("cut_cross_entropy" in fused)
     assert cross_entropy_kernels(config) == fused + replacing
+    # of them, Liger's fused kernel alone reads the base lm_head.weight (Axolotl's Cut Cross Entropy folds a LoRA head)
+    assert kernels_dropping_lora_head(config) == [k for k in fused if k == "liger_fused_linear_cross_entropy"]
 
 
 @pytest.mark.parametrize(

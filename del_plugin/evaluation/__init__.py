@@ -49,9 +49,7 @@ _HOMES = {
 
 def __getattr__(name: str):
     if name in _HOMES:
-        value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
-        globals()[name] = value
-        return value
+        return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:  # a submodule (del_plugin.evaluation.cli), as a package that imports its modules eagerly would offer

@@ -74,3 +74,32 @@ def test_validating_the_evaluation_keys_loads_no_runner_generation_or_sandbox(tm
     )
     assert "del_plugin.evaluation.benchmarks.sets" in modules  # SAT was read, with its reader
     assert heavy(modules) == []
+
+
+@pytest.mark.axolotl
+def test_the_rules_run_by_one_validator_in_the_order_of_their_list():
+    """No rule is a pydantic validator of its own (pydantic runs those last-defined first): one validator runs
+    ``RULES``, and the refusals come out in that order."""
+    from pydantic import ValidationError
+
+    from del_plugin.axolotl import config_rules, eval_rules
+    from del_plugin.axolotl.args import RULES, DELArgs, refuse_unknown_del_keys
+
+    modes = {name: d.info.mode for name, d in DELArgs.__pydantic_decorators__.model_validators.items()}
+    assert [name for name, mode in modes.items() if mode != "after"] == ["check_the_plugins_rules"]
+    assert RULES.index(refuse_unknown_del_keys) < RULES.index(config_rules.refuse_modes_other_than_sft)
+    assert RULES.index(config_rules.refuse_modes_other_than_sft) < RULES.index(eval_rules.check_eval_counts)
+    config = {
+        "plugins": ["del_plugin.DELPlugin"],
+        "del_eval_benchmarks": ["gsm8k"],
+        "del_eval_limit": 0,
+        "rl": "dpo",
+        "del_alhpa": 0.3,
+    }
+    with pytest.raises(ValidationError) as err:
+        DELArgs.model_validate(config)
+    messages = [e["msg"] for e in err.value.errors()]
+    assert len(messages) == 3, messages
+    assert "unknown key `del_alhpa` (did you mean `del_alpha`?)" in messages[0]
+    assert "supervised fine-tuning only" in messages[1]
+    assert "`del_eval_limit` must be a whole number >= 1, got 0" in messages[2]

@@ -26,14 +26,14 @@ HEAVY = (
 )
 
 
-def loaded_modules(code: str) -> list[str]:
-    """The modules a fresh interpreter holds after running ``code`` (from this clone)."""
-    probe = textwrap.dedent(code) + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+def loaded_modules(code: str) -> list[list[str]]:
+    """The modules a fresh interpreter holds (this clone's del_plugin) at each ``snapshot()`` that ``code`` calls."""
+    probe = "import json, sys\ndef snapshot():\n    print(json.dumps(sorted(sys.modules)))\n" + textwrap.dedent(code)
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "AXOLOTL_DO_NOT_TRACK": "1"}
     done = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=True
     )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
 
 
 def heavy(modules: list[str]) -> list[str]:
@@ -41,26 +41,16 @@ def heavy(modules: list[str]) -> list[str]:
 
 
 @pytest.mark.axolotl
-def test_importing_the_config_keys_loads_no_runner_generation_or_sandbox():
-    modules = loaded_modules("import del_plugin.axolotl.args")
-    assert "del_plugin.evaluation.benchmarks.names" in modules  # the registry the keys are checked against
-    assert heavy(modules) == []
-    # the probe sees them when they are loaded: the evaluation's entry point pulls them in
-    assert {"del_plugin.evaluation.runner", "del_plugin.evaluation.generation"} <= set(
-        heavy(loaded_modules("from del_plugin.evaluation import evaluate"))
-    )
-
-
-@pytest.mark.axolotl
-def test_validating_the_evaluation_keys_loads_no_runner_generation_or_sandbox(tmp_path):
-    """The sets are found and SAT is read (its file a copy that is not the authors', allowed), and a misspelled set
-    is refused, all without the heavy parts."""
+def test_the_config_keys_load_no_runner_generation_or_sandbox(tmp_path):
+    """Importing the keys loads the set registry alone of the evaluation; validating them finds the sets and reads
+    SAT (a copy that is not the authors', allowed), and refuses a misspelled set, still without the heavy parts."""
     (tmp_path / "sat").mkdir()
     (tmp_path / "sat" / "sat.json").write_text('[{"question": "1 + 1 = ? (A) 2 (B) 3", "answer": "A"}]')
-    modules = loaded_modules(
+    imported, validated = loaded_modules(
         f"""
-        from pydantic import ValidationError
         from del_plugin.axolotl.args import DELArgs
+        snapshot()
+        from pydantic import ValidationError
 
         keys = {{"plugins": ["del_plugin.DELPlugin"], "del_eval_benchmark_dir": {str(tmp_path)!r}}}
         DELArgs.model_validate({{**keys, "del_eval_benchmarks": ["gsm8k", "sat"], "del_eval_allow_modified": True}})
@@ -70,10 +60,15 @@ def test_validating_the_evaluation_keys_loads_no_runner_generation_or_sandbox(tm
             assert "unknown benchmark 'gsm8kk' (did you mean 'gsm8k'?)" in str(err), err
         else:
             raise AssertionError("a misspelled set was accepted")
+        snapshot()
         """
     )
-    assert "del_plugin.evaluation.benchmarks.sets" in modules  # SAT was read, with its reader
-    assert heavy(modules) == []
+    assert "del_plugin.evaluation.benchmarks.names" in imported  # the registry the keys are checked against
+    assert "del_plugin.evaluation.benchmarks.sets" in validated  # SAT was read, with its reader
+    assert heavy(imported) == heavy(validated) == []
+    # each heavy name is a module of the package: a renamed one would otherwise pass unseen
+    modules = {".".join(p.relative_to(REPO).with_suffix("").parts) for p in (REPO / "del_plugin").rglob("*.py")}
+    assert all(any(m.startswith(prefix) for m in modules) for prefix in HEAVY)
 
 
 @pytest.mark.axolotl

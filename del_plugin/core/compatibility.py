@@ -133,10 +133,11 @@ def _named(keys) -> str:
 
 @dataclass(frozen=True)
 class Rule:
-    """One refused combination: ``keys`` are the config keys (or host arguments) its refusal names, ``hosts`` the
-    places that apply it, ``problem`` and ``fix`` the two halves of the message (``str.format`` templates of the
-    facts a host passes: ``criterion``, ``kernels``, ``key``, ``loss_type``), joined by ``joiner``. ``others`` (the
-    criteria that work beside a kernel) and each engine of :data:`ENGINES` (``zero3``) are filled in."""
+    """One refused combination: ``keys`` are the config keys (or host arguments) its refusal names (at least one of
+    them in each refusal), ``hosts`` the places that apply it, ``problem`` and ``fix`` the two halves of the message
+    (``str.format`` templates of the facts a host passes: ``criterion``, ``kernels``, ``key``, ``loss_type``), joined
+    by ``joiner``. ``others`` (the criteria that work beside a kernel) and each engine of :data:`ENGINES`
+    (``zero3``) are filled in."""
 
     name: str
     keys: tuple[str, ...]
@@ -208,7 +209,7 @@ RULES: dict[str, Rule] = {
         ),
         Rule(
             "full_logits_without_logits",
-            ("del_criterion",),
+            (),  # raised while training, where the config's keys are no longer at hand: it names the criterion
             ("trainer",),
             "del_plugin: `{criterion}` needs the model's logits; the forward returned none",
             "(a fused cross-entropy kernel is on)",

@@ -263,6 +263,7 @@ def test_each_rule_is_raised_by_its_host_with_the_tables_message(monkeypatch, na
     assert RULES[name].message(**facts) in message
     for words in named:
         assert words in message, (name, words, message)
+    assert not RULES[name].keys or any(key in message for key in RULES[name].keys), (name, message)
 
 
 def test_del_check_names_the_same_fix_as_the_plugin(monkeypatch):

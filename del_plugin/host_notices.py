@@ -1,5 +1,5 @@
 """Notices that host libraries log while they are imported and that say nothing about the user's run, held back by
-del-eval and the demo as del-check holds back everything the hosts log (``del_plugin/axolotl/check.py``,
+del-eval and the demo as del-check holds back everything the hosts log (``del_plugin/axolotl/host_output.py``,
 ``HostOutput``; its ``--verbose`` shows them). Set ``DEL_PLUGIN_HOST_NOTICES=1`` to see them."""
 
 from __future__ import annotations

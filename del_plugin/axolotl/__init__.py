@@ -1,5 +1,6 @@
 """The Axolotl host: the plugin's hooks (:class:`~del_plugin.axolotl.plugin.DELPlugin`, registered with Axolotl by
-the package's ``axolotl.plugins`` entry point), its config keys and validators (:mod:`~del_plugin.axolotl.args`),
+the package's ``axolotl.plugins`` entry point), its config keys (:mod:`~del_plugin.axolotl.args`) and the rules they
+are validated by (:mod:`~del_plugin.axolotl.config_rules`, :mod:`~del_plugin.axolotl.eval_rules`),
 the trainer Axolotl is handed (:mod:`~del_plugin.axolotl.trainer`), the early checks of the model and tokenizer a
 config names (:mod:`~del_plugin.axolotl.source_checks`), the logger Axolotl's console shows
 (:mod:`~del_plugin.axolotl.logs`) and ``del-check`` (:mod:`~del_plugin.axolotl.check`).

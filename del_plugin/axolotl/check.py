@@ -29,14 +29,9 @@ and a ``note`` line (what would stop the run on this machine without a GPU) do n
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
-import logging
 import os
-import re
 import sys
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -46,7 +41,9 @@ from ..inputs import EXIT_OK as PASSED
 from ..inputs import EXIT_PARTLY_CHECKED as PARTLY_CHECKED
 from ..inputs import EXIT_UNUSABLE_INPUT as UNUSABLE_INPUT
 from ..inputs import ExitStatusHelpFormatter, UnusableInput, exit_status_help, read_input_bytes, utf8_error_position
+from .cards import GPUS, card_refusals, hardware, parse_compute_capability
 from .config_yaml import MAX_YAML_BYTES, YamlLimitError, load_yaml
+from .host_output import HostOutput
 
 # before anything imports huggingface_hub or transformers: read local files and the cache only
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -57,89 +54,13 @@ OK, FAILED, SKIPPED = "ok", "FAILED", "not checked"
 NOTE, WARNING = "note", "warning"  # said, not checked: neither changes the exit status
 
 
-@dataclass(frozen=True)
-class Gpu:
-    """A training card: its compute capability (major, minor) and what it is called."""
-
-    major: int
-    minor: int
-    label: str | None = None
-
-    @property
-    def sm(self) -> str:
-        return f"sm_{self.major}{self.minor}"
-
-    def capabilities(self, n_gpu: int) -> dict:
-        """Axolotl's ``capabilities`` for ``n_gpu`` of this card, by the rules its ``gpu_capabilities`` reads from a
-        real one: bf16 and tf32 from compute capability 8.0 (torch's ``is_bf16_supported``, transformers'
-        ``is_torch_tf32_available``), fp8 from 9.0 (Axolotl's ``compute_supports_fp8``)."""
-        return {
-            "bf16": self.major >= 8,
-            "fp8": (self.major, self.minor) >= (9, 0),
-            "tf32": self.major >= 8,
-            "n_gpu": n_gpu,
-            "compute_capability": self.sm,
-        }
-
-
-# ``--gpu`` names: NVIDIA's published compute capabilities
-GPUS = {
-    "v100": Gpu(7, 0, "V100"),
-    "t4": Gpu(7, 5, "T4"),
-    "rtx2080ti": Gpu(7, 5, "RTX 2080 Ti"),
-    "titan-rtx": Gpu(7, 5, "TITAN RTX"),
-    "a100": Gpu(8, 0, "A100"),
-    "a30": Gpu(8, 0, "A30"),
-    "rtx3090": Gpu(8, 6, "RTX 3090"),
-    "a10": Gpu(8, 6, "A10 / A10G"),
-    "a40": Gpu(8, 6, "A40"),
-    "a6000": Gpu(8, 6, "RTX A6000"),
-    "rtx4090": Gpu(8, 9, "RTX 4090"),
-    "l4": Gpu(8, 9, "L4"),
-    "l40s": Gpu(8, 9, "L40S"),
-    "rtx6000-ada": Gpu(8, 9, "RTX 6000 Ada"),
-    "h100": Gpu(9, 0, "H100"),
-    "h200": Gpu(9, 0, "H200"),
-    "gh200": Gpu(9, 0, "GH200"),
-    "b200": Gpu(10, 0, "B200"),
-    "rtx5090": Gpu(12, 0, "RTX 5090"),
-}
-# the examples' cards when neither --gpu nor --compute-capability is given: the QLoRA examples are written for one
-# 24 GB card (RTX 3090 / 4090, A10, L4: compute capability 8.6 or 8.9), the FSDP2 reproductions for 8 A100s
-DEFAULT_SINGLE = Gpu(8, 6, "RTX 3090 / A10 (24 GB)")
-DEFAULT_SHARDED = Gpu(8, 0, "A100")
-
-_CAPABILITY = re.compile(r"(?:sm_?|compute_)?(\d{1,3})(?:[.,] ?(\d))?[af]?")
-
-
-def parse_compute_capability(text: str) -> Gpu:
-    """A compute capability as nvidia-smi (``8.9``), torch (``(8, 9)``, ``sm_89``) or by hand (``89``) writes it;
-    ``ValueError`` naming the forms otherwise. Majors 3 to 15 and minors 0 to 9 are CUDA's (3.0 Kepler to 12.x
-    Blackwell, with room for the next); a lone digit (``9``, ``sm_9``) is ambiguous and refused."""
-    value = text.strip().lower().removeprefix("(").removesuffix(")").strip()
-    match = _CAPABILITY.fullmatch(value)
-    if match and match.group(2) is None:
-        digits = match.group(1)
-        major, minor = (int(digits[:-1]), int(digits[-1])) if len(digits) >= 2 else (None, None)
-    elif match:
-        major, minor = int(match.group(1)), int(match.group(2))
-    else:
-        major = minor = None
-    if major is None or not 3 <= major <= 15:
-        raise ValueError(
-            f"--compute-capability {text!r}: not a CUDA compute capability; write it as nvidia-smi "
-            "(`nvidia-smi --query-gpu=compute_cap --format=csv`) or torch prints it: 8.9, 89, sm_89 or (8, 9)"
-        )
-    return Gpu(major, minor)
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # exit 3, not argparse's 2, which del-check uses for "partly checked"
         self.print_usage(sys.stderr)
         self.exit(UNUSABLE_INPUT, f"{self.prog}: error: {message}\n")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def _parser() -> _Parser:
     parser = _Parser(
         prog="del-check",
         description="Check an Axolotl config that uses the DEL plugin, offline: its keys (Axolotl's validation) for "
@@ -189,6 +110,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--verbose", action="store_true", help="also show what torch, bitsandbytes and Axolotl log while checking"
     )
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """del-check's command line, with the card (``args.card``: None for this machine's GPU or the default) and the
+    ``--local`` folders (``args.mapping``: hub id -> folder) read."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.gpus is not None and args.gpus < 1:
         parser.error(f"--gpus {args.gpus}: at least 1")
@@ -209,39 +137,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--local {item!r}: {folder} is not a folder")
         args.mapping[hub_id] = str(Path(folder).resolve())
     return args
-
-
-def _sharded(cfg: dict) -> bool:
-    return bool(cfg.get("fsdp_config") or cfg.get("fsdp") or cfg.get("deepspeed"))
-
-
-def hardware(args: argparse.Namespace, cfg: dict) -> tuple[dict, dict, str]:
-    """Axolotl's (capabilities, env_capabilities) and a sentence saying what they describe: the card named by
-    ``--gpu`` / ``--compute-capability``, else this machine's GPU, else the examples' card."""
-    import torch
-
-    env = {"torch_version": torch.__version__.split("+")[0]}
-    if args.cpu:  # what Axolotl's gpu_capabilities() reads on a machine without a GPU
-        capabilities = {"bf16": False, "fp8": False, "tf32": False, "n_gpu": 1, "compute_capability": None}
-        return capabilities, env, "a machine without a GPU (--cpu)"
-    if args.card is None and torch.cuda.is_available():
-        from axolotl.cli.config import gpu_capabilities
-
-        capabilities, env = gpu_capabilities()
-        # Axolotl reads n_gpu from WORLD_SIZE, which is 1 outside a launcher: the run is for this machine's GPUs
-        capabilities["n_gpu"] = args.gpus or torch.cuda.device_count()
-        gpu = capabilities["compute_capability"]
-        return capabilities, env, f"this machine's GPU ({gpu}), {capabilities['n_gpu']} GPU(s)"
-    gpus = args.gpus or (8 if _sharded(cfg) else 1)
-    card = args.card or (DEFAULT_SHARDED if _sharded(cfg) else DEFAULT_SINGLE)
-    cc = f"compute capability {card.major}.{card.minor}"
-    described = f"{gpus} x {card.label}, {cc}" if card.label else f"{gpus} GPU(s) of {cc}"
-    if args.card is None:
-        described += (
-            ", del-check's default card, as no card was given (set yours with --gpu or --compute-capability and "
-            "--gpus, or --cpu)"
-        )
-    return card.capabilities(gpus), env, described
 
 
 def _is_sweep(raw: dict) -> bool:
@@ -294,72 +189,6 @@ def read_config(path: Path) -> dict:
     return raw
 
 
-def _card_refusals(cfg, capabilities: dict, axolotl_warnings: list[str]) -> list[str]:
-    """What the card cannot train: ``bf16`` by Axolotl's own check (a warning that training will fail, which
-    validation does not raise), ``tf32: true`` by transformers' (``TrainingArguments`` raises below compute
-    capability 8.0)."""
-    fix = "train on a card of compute capability 8.0 or higher (--gpu, --compute-capability)"
-    refusals = [
-        f"Axolotl warns: {message} For this card set `bf16: false` and `fp16: true`, or {fix}"
-        for message in axolotl_warnings
-        if message.startswith("bf16 requested")
-    ]
-    if cfg.tf32 is True and not capabilities.get("tf32"):
-        refusals.append(
-            '`tf32: true` needs compute capability 8.0 or higher (transformers stops with "--tf32 requires Ampere '
-            f'or a newer GPU arch"). For this card set `tf32: false`, or {fix}'
-        )
-    return refusals
-
-
-class HostOutput(contextlib.AbstractContextManager):
-    """Holds back what the host libraries log and warn (torch's deprecations, bitsandbytes' offline kernel notice,
-    Axolotl's validation notes) while del-check runs, unless ``verbose``; keeps the plugin's own warnings, and
-    records Axolotl's validation warnings for the card checks either way. The plugin's "checked again when the
-    trainer is built" is shown with ``verbose`` only: the report says what was not checked. Every handler's
-    ``handle`` decides through :meth:`keep`, so handlers that a library adds while the check runs are held too."""
-
-    def __init__(self, verbose: bool):
-        from .logs import LOGGER_NAME
-
-        self.verbose, self.ours = verbose, LOGGER_NAME
-        self.held: list[str] = []
-        self.axolotl_warnings: list[str] = []
-
-    def keep(self, record: logging.LogRecord) -> bool:
-        if not getattr(record, "_del_check_seen", False):  # once per record, whichever handlers it reaches
-            record._del_check_seen = True
-            message = record.getMessage()
-            if record.name.startswith("axolotl.") and record.levelno >= logging.WARNING:
-                self.axolotl_warnings.append(message)
-            if not record.name.startswith(self.ours) and not self.verbose:
-                self.held.append(f"{record.name}: {message}")
-        if record.name.startswith(self.ours):
-            if "it is checked again when the trainer is built" in record.getMessage():
-                return self.verbose  # why a source could not be read; the report says what was not checked
-            return record.levelno >= logging.WARNING or self.verbose
-        return self.verbose
-
-    def __enter__(self):
-        import torch  # noqa: F401 - torch's own log handler exists from here on
-
-        host, self._handle = self, logging.Handler.handle
-
-        def handle(handler: logging.Handler, record: logging.LogRecord):
-            return host._handle(handler, record) if host.keep(record) else False
-
-        logging.Handler.handle = handle
-        self._warnings = warnings.catch_warnings(record=not self.verbose)
-        self._warned = self._warnings.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        logging.Handler.handle = self._handle
-        self._warnings.__exit__(*exc)
-        self.held += [f"{w.category.__name__}: {w.message}" for w in self._warned or []]
-        return False
-
-
 def reasons(err: Exception) -> str:
     """A validation error's messages, without pydantic's echo of the whole input."""
     from pydantic import ValidationError
@@ -408,25 +237,57 @@ class Report:
 
 
 def check(args: argparse.Namespace, host: HostOutput) -> Report:
-    from .args import PLUGIN_NAME, cce_folds_lora_head, fused_cross_entropy, lora_targets_head, plugin_enabled
-
+    """The checks of the module docstring, in order: the config (stops at a refusal), the tokenizer and the model
+    type, the loss kernels."""
     report = Report()
     raw = read_config(args.config)
-    hub_ids = {}  # the folder standing in for a hub id -> the hub id, to name it in the report
+    hub_ids = _stand_in_folders(raw, args.mapping)
+    if not _lists_the_plugin(report, raw, args.config):
+        return report
+    validated = _validate(report, args, host, raw)
+    if validated is None:
+        return report
+    cfg, written = validated
+    if args.card is None and not args.cpu:
+        _note_this_cpu(report, written, cfg)
+    model_type = _check_sources(report, cfg, hub_ids)
+    check_kernels(report, cfg, model_type)
+    return report
+
+
+def _stand_in_folders(raw: dict, mapping: dict[str, str]) -> dict[str, str]:
+    """Replaces each hub id of ``raw``'s source keys that ``--local`` maps with its folder; returns the folder ->
+    the hub id, to name it in the report."""
+    hub_ids = {}
     for key in SOURCE_KEYS:
-        if isinstance(raw.get(key), str) and raw[key] in args.mapping:
-            hub_ids[args.mapping[raw[key]]] = raw[key]
-            raw[key] = args.mapping[raw[key]]
+        if isinstance(raw.get(key), str) and raw[key] in mapping:
+            hub_ids[mapping[raw[key]]] = raw[key]
+            raw[key] = mapping[raw[key]]
+    return hub_ids
+
+
+def _lists_the_plugin(report: Report, raw: dict, path: Path) -> bool:
+    """Whether the config is one of DEL's (lists the plugin, or sets ``del_`` keys whose refusal says to list it)."""
+    from .config_rules import PLUGIN_NAME, plugin_enabled
+
     if not isinstance(raw.get("plugins") or [], list):
         report.add(FAILED, "plugins", f"`plugins` is not a list; write it as\nplugins:\n  - {PLUGIN_NAME}")
-        return report
+        return False
     if not plugin_enabled(raw) and not any(str(k).startswith("del_") for k in raw):
-        report.add(FAILED, "plugin", f"{args.config} does not list {PLUGIN_NAME} in `plugins`; DEL would not run")
-        return report
+        report.add(FAILED, "plugin", f"{path} does not list {PLUGIN_NAME} in `plugins`; DEL would not run")
+        return False
+    return True
 
-    # 1. the keys, by Axolotl's own validation (the plugin's validators run inside it), and what the card can train
+
+def _validate(report: Report, args: argparse.Namespace, host: HostOutput, raw: dict):
+    """1. the keys, by Axolotl's own validation (the plugin's validators run inside it), and what the card can
+    train: (the validated config, the config as written), or None after a refusal."""
+    from axolotl.integrations.base import PluginManager
     from axolotl.utils.config import prepare_plugins, validate_config
     from axolotl.utils.dict import DictDefault
+
+    from .config_rules import PLUGIN_NAME
+    from .cpu import cpu_refusals
 
     capabilities, env, described = hardware(args, raw)
     written = dict(raw)
@@ -434,8 +295,6 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     try:
         # as Axolotl 0.21 does for an installed plugin (entry point), so that del_ keys without the plugin line are
         # refused here too
-        from axolotl.integrations.base import PluginManager
-
         PluginManager.get_instance().register(PLUGIN_NAME)
         prepare_plugins(cfg)
         _warn_unknown_keys(report, raw)
@@ -443,17 +302,15 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
         cfg = validate_config(cfg, capabilities=capabilities, env_capabilities=env)
     except Exception as err:  # noqa: BLE001 - pydantic's ValidationError, ValueError, ImportError: all a refusal
         report.add(FAILED, "validation", f"Axolotl's validation for {described} refused the config:\n{reasons(err)}")
-        return report
-    from .cpu import cpu_refusals
-
+        return None
     if args.cpu:
         refusals = cpu_refusals(written, cfg)
     else:
-        refusals = _card_refusals(cfg, capabilities, host.axolotl_warnings)
+        refusals = card_refusals(cfg, capabilities, host.axolotl_warnings)
     if refusals:
         lines = "\n".join("  " + line for line in refusals)
         report.add(FAILED, "validation", f"Axolotl's validation for {described}: training would fail there:\n{lines}")
-        return report
+        return None
     from ..hf.settings import DELSettings
 
     settings = DELSettings.from_config(cfg)
@@ -463,11 +320,14 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
         f"Axolotl's validation for {described} passed; DEL: criterion {settings.criterion}, del_alpha "
         f"{settings.alpha}, place weighting {'on' if settings.weighting.enabled else 'off'}",
     )
+    return cfg, written
 
-    # 2. the tokenizer and the model type, from what validation loaded (cached), or why not
-    if args.card is None and not args.cpu:
-        _note_this_cpu(report, written, cfg)
 
+def _check_sources(report: Report, cfg, hub_ids: dict[str, str]) -> str | None:
+    """2. the tokenizer and the model type, from what validation loaded (cached), or why not; returns the model
+    type (None: not read here)."""
+    from ..core.architectures import ARCHITECTURES
+    from ..core.compatibility import fused_cross_entropy
     from .source_checks import check_model_source, check_tokenizer_source
 
     trust, revision = bool(cfg.trust_remote_code), cfg.revision_of_model
@@ -485,20 +345,15 @@ def check(args: argparse.Namespace, host: HostOutput) -> Report:
     model_type = check_model_source(model_source, trust_remote_code=trust, revision=revision, kernels=kernels)
     if model_type is None:
         report.add(SKIPPED, "model type", _not_loaded(model_source, hub_ids, ("config.json",), "the model type"))
-    else:
-        from ..core.architectures import ARCHITECTURES
-
-        known = (
-            "in DEL's architecture table (its digit logits are read exactly)"
-            if model_type in ARCHITECTURES
-            else "outside DEL's architecture table: its digit logits are measured against the model's own at the "
-            "first step, and the run stops there if they differ (docs/architectures.md)"
-        )
-        report.add(OK, "model type", f"{model_type!r}, {known}")
-
-    # 3. the loss kernels
-    check_kernels(report, cfg, model_type, cce_folds_lora_head, lora_targets_head)
-    return report
+        return None
+    known = (
+        "in DEL's architecture table (its digit logits are read exactly)"
+        if model_type in ARCHITECTURES
+        else "outside DEL's architecture table: its digit logits are measured against the model's own at the "
+        "first step, and the run stops there if they differ (docs/architectures.md)"
+    )
+    report.add(OK, "model type", f"{model_type!r}, {known}")
+    return model_type
 
 
 def _warn_unknown_keys(report: Report, raw: dict) -> None:
@@ -545,42 +400,12 @@ def _not_loaded(source: str, hub_ids: dict[str, str], files: tuple[str, ...], wh
     return f"{source}: not in the Hugging Face cache; pass --local {source}=FOLDER (a folder holding its files)"
 
 
-def check_kernels(report: Report, cfg, model_type, cce_folds_lora_head, lora_targets_head) -> None:
-    from axolotl.integrations.liger.plugin import LIGER_FLAGS
-    from axolotl.model_support import check_capability, get_model_support
+def check_kernels(report: Report, cfg, model_type: str | None) -> None:
+    """3. the loss kernels (:func:`~.kernel_check.kernel_verdict`)."""
+    from .kernel_check import kernel_verdict
 
-    cce = any("cut_cross_entropy" in str(p) for p in cfg.plugins or []) and cfg.cut_cross_entropy is not False
-    liger = [flag for flag in LIGER_FLAGS if cfg.get(flag)]
-    used = (["cut_cross_entropy"] if cce else []) + liger
-    if not used:
-        report.add(OK, "kernels", "plain cross-entropy (no Cut Cross Entropy, no Liger)")
-        return
-    if model_type is not None:
-        support = get_model_support(model_type)
-        try:
-            if cce:
-                check_capability(support, "cut_cross_entropy", model_type)
-            if liger:
-                check_capability(support, "liger", model_type, feature="Liger")
-        except ValueError as err:
-            report.add(FAILED, "kernels", f"{', '.join(used)}: {err}")
-            return
-    head_lora = cfg.adapter in ("lora", "qlora") and lora_targets_head(cfg.lora_target_modules)
-    detail = f"{', '.join(used)}" + (f" with model_type {model_type!r}" if model_type else "")
-    if cce and head_lora:
-        folds = cce_folds_lora_head()
-        if folds is None:
-            report.add(
-                SKIPPED,
-                "kernels",
-                f"{detail}; a LoRA adapter on lm_head needs Axolotl's Cut Cross Entropy fork with "
-                "apply_lce_lm_head, which is not installed here (the training machine needs it; docs/examples.md)",
-            )
-            return
-        if folds is False:
-            report.add(FAILED, "kernels", f"{detail}; the installed fork drops a LoRA adapter on lm_head")
-            return
-    report.add(OK, "kernels", detail)
+    passed, detail = kernel_verdict(cfg, model_type)
+    report.add({True: OK, False: FAILED, None: SKIPPED}[passed], "kernels", detail)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,8 @@ import weakref
 
 from axolotl.integrations.base import BasePlugin
 
-from .args import PLUGIN_NAME, cce_folds_lora_head, fused_cross_entropy, lora_targets_head, plugin_enabled
+from ..core.compatibility import RULES, cce_enabled, cce_folds_lora_head, lora_targets_head
+from .config_rules import PLUGIN_NAME, plugin_enabled
 from .logs import LOG
 
 # The Axolotl releases this plugin is built and tested on (setup.cfg's `axolotl` extra says the same; a test checks).
@@ -44,18 +45,12 @@ def check_axolotl_version(installed: str | None = None) -> str:
 
 def check_lora_head_kernel(cfg) -> None:
     """A LoRA adapter on ``lm_head`` beside Cut Cross Entropy trains only with a fork that folds it into the loss
-    (:func:`~del_plugin.axolotl.args.cce_folds_lora_head`); an earlier fork would train the cross-entropy without
+    (:func:`~del_plugin.core.compatibility.cce_folds_lora_head`); an earlier fork would train the cross-entropy without
     it (DEL would then stop at the first step, its adapter hook not having run)."""
     if cfg.get("adapter") not in ("lora", "qlora") or not lora_targets_head(cfg.get("lora_target_modules")):
         return
-    if "cut_cross_entropy" in fused_cross_entropy(cfg) and cce_folds_lora_head() is False:
-        raise ValueError(
-            f"{PLUGIN_NAME}: a LoRA adapter on lm_head with Cut Cross Entropy, but the installed cut_cross_entropy "
-            "fork passes lm_head.weight (the base weight) to its kernel, so the cross-entropy would train without the "
-            'adapter; install the fork Axolotl names (pip install "cut-cross-entropy[transformers] @ '
-            'git+https://github.com/axolotl-ai-cloud/ml-cross-entropy.git@v0.1.1"), whose '
-            "apply_lce_lm_head folds it in, or train the head with `lora_modules_to_save: [lm_head]`"
-        )
+    if cce_enabled(cfg) and cce_folds_lora_head() is False:
+        raise ValueError(f"{PLUGIN_NAME}: {RULES['lora_head_vs_cce_fork'].message()}")
 
 
 class DELPlugin(BasePlugin):

@@ -10,16 +10,59 @@ The Python API (documented in docs/evaluation.md):
 Importing this package loads no model library; :func:`evaluate` and the CLI load transformers when they run.
 """
 
-from .answers import ExtractedNumber, extract_answer, find_numbers, format_decimal, is_correct
-from .benchmarks import BENCHMARK_NAMES, BENCHMARKS, Verdict, load_benchmark, resolve_benchmark_names
-from .comparison import compare_reports
-from .data import DataIssue, EvalExample, EvalSet, read_eval_set
-from .metrics import NumericMetrics, digits_by_place, log_transform, numeric_metrics
-from .report_files import SCHEMA, load_report
-from .report_summary import macc
-from .runner import EvalSettings, evaluate, read_generations
-from .score import score_predictions
-from .tables import benchmark_accuracies
+from __future__ import annotations
+
+import importlib
+
+# each public name and the module it lives in: imported on first use, so that importing one light module of the
+# package (the set names config validation reads) loads neither the runner nor the generation nor the sandbox
+_HOMES = {
+    "ExtractedNumber": "answers",
+    "extract_answer": "answers",
+    "find_numbers": "answers",
+    "format_decimal": "answers",
+    "is_correct": "answers",
+    "BENCHMARK_NAMES": "benchmarks",
+    "BENCHMARKS": "benchmarks",
+    "Verdict": "benchmarks",
+    "load_benchmark": "benchmarks",
+    "resolve_benchmark_names": "benchmarks",
+    "DataIssue": "data",
+    "EvalExample": "data",
+    "EvalSet": "data",
+    "read_eval_set": "data",
+    "NumericMetrics": "metrics",
+    "digits_by_place": "metrics",
+    "log_transform": "metrics",
+    "numeric_metrics": "metrics",
+    "SCHEMA": "report_files",
+    "compare_reports": "comparison",
+    "load_report": "report_files",
+    "macc": "report_summary",
+    "EvalSettings": "runner",
+    "evaluate": "runner",
+    "read_generations": "runner",
+    "score_predictions": "score",
+    "benchmark_accuracies": "tables",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:  # a submodule (del_plugin.evaluation.cli), as a package that imports its modules eagerly would offer
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as err:
+        if err.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
+
 
 __all__ = [
     "BENCHMARKS",

@@ -30,12 +30,14 @@ from pathlib import Path
 
 import torch
 
+from .benchmarks.names import MAX_NEW_TOKENS
 from .errors import UnusableInput
 
 LOG = logging.getLogger(__name__)
 
 __all__ = [
     "ALPACA_PROMPT",
+    "MAX_NEW_TOKENS",
     "STOP_STRINGS",
     "CustomFormat",
     "LoadedModel",
@@ -52,7 +54,6 @@ ALPACA_PROMPT = (
     "\n\n### Instruction:\n{question}\n\n### Response:\n"
 )
 PROMPT_FORMATS = ("auto", "chat", "alpaca")
-MAX_NEW_TOKENS = 256  # the longest generation by default, in every way of scoring (the paper allows 1,500)
 STOP_STRINGS = ("### Instruction", "### Response", "USER:", "ASSISTANT:", "\n\nProblem:")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from .. import __version__
 from .comparison import compare_reports
 from .comparison_tables import comparison_markdown
+from .eval_extra import require_eval_extra
 from .math_verify_scoring import MISSING_NOTE, math_verify_available
 from .metrics import GenerationMetrics
 from .output import (
@@ -52,24 +53,6 @@ __all__ = [
 # warnings of the run as a whole that describe what the scored sets hold (a resume that loads no model, all of
 # them scored, would not say them again)
 _WARNINGS_OF_KEPT_SETS = ("teacher-forced digit metrics skipped",)
-EVAL_EXTRA = ("matplotlib", "tqdm", "scipy")
-
-
-def require_eval_extra() -> None:
-    """Raise ImportError, naming the extra to install, when a package of ``del-plugin[eval]`` is missing: before
-    any work, not at the plot after an hour of generation."""
-    import importlib
-
-    missing = []
-    for module in EVAL_EXTRA:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            missing.append(module)
-    if missing:
-        raise ImportError(
-            f"del-eval needs {', '.join(missing)}: install the evaluation extra, pip install 'del-plugin[eval]'"
-        )
 
 
 class RunReport:

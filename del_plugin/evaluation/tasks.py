@@ -15,13 +15,14 @@ from .benchmarks.readers import Verdict, canonical_number
 from .benchmarks.sets import (
     PROGRAM_SUFFIX,
     Benchmark,
+    ModifiedBenchmarkError,
     Problem,
     load_benchmark,
     missing_benchmarks,
+    modified_set_error,
     resolve_benchmark_names,
 )
 from .data import DataIssue, check_files_exist, read_eval_set, require_problems
-from .errors import UnusableInput
 from .math_verify_scoring import math_verify_available, math_verify_verdict
 
 __all__ = [
@@ -172,26 +173,6 @@ def plan_tasks(
     refuse_modified_sets(tasks, allow_modified)
     tasks += [data_file_task(p, n, limit) for p, n in zip(data, _unique_names(data, set(names)))]
     return tasks
-
-
-class ModifiedBenchmarkError(UnusableInput):
-    """A user's copy of SimulEq or SAT that is not the authors' file (its sha256 differs), not allowed; ``problem``
-    says what is wrong, without the fix (which depends on the command)."""
-
-    def __init__(self, problem: str, fix: str):
-        super().__init__(f"{problem}: {fix}")
-        self.problem = problem
-
-
-def modified_set_error(
-    name: str, path: str, sha256: str, expected: str, fix: str = "pass --allow-modified to score this file"
-) -> ModifiedBenchmarkError:
-    """The error for a benchmark read from a file that is not the authors' (``fix``: how to score it anyway)."""
-    return ModifiedBenchmarkError(
-        f"{name}: {path} is not the authors' file (sha256 {sha256}, expected {expected}), so its accuracy would not "
-        "be comparable with the paper's",
-        f"use the authors' copy (docs/evaluation.md says where), or {fix} (the report then marks it)",
-    )
 
 
 def refuse_modified_sets(tasks: Sequence[EvalTask], allow_modified: bool) -> None:

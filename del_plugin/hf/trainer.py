@@ -25,6 +25,7 @@ import torch
 from transformers.utils import logging
 
 from ..core.capture import DigitCaptureError, DigitLogitsCapture
+from ..core.compatibility import logits_missing_message
 from ..core.criteria import digit_criterion_sums, token_criterion_terms
 from ..core.digits import number_target_positions
 from ..core.places import NOT_A_DIGIT, shift_to_next_token
@@ -92,10 +93,7 @@ class TokenCriterionLoss:
     def __call__(self, outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
         if logits is None:
-            raise RuntimeError(
-                f"del_plugin: `{self.settings.criterion}` needs the model's logits; the forward "
-                "returned none (a fused cross-entropy kernel is on)"
-            )
+            raise RuntimeError(logits_missing_message(self.settings.criterion))
         targets = shift_to_next_token(labels, -100).to(logits.device)
         state = {k: v.to(logits.device) if isinstance(v, torch.Tensor) else v for k, v in self.state.items()}
         self.state = state

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from trl import SFTTrainer
 
-from ..core.criteria import criteria_names
+from ..core.compatibility import RULES
 from .settings import DELSettings
 from .trainer import DELTrainerMixin
 
@@ -62,24 +62,10 @@ def check_sft_loss(settings: DELSettings, args) -> None:
     ``compute_loss_func``) beside an SFT loss it cannot replace."""
     if not settings.spec.needs_full_logits:
         return
-    name = settings.criterion
-    others = criteria_names(needs_full_logits=False)
+    criterion, loss_type = settings.criterion, getattr(args, "loss_type", None)
     if getattr(args, "use_liger_kernel", False):
-        raise ValueError(
-            f"del_plugin: del_criterion `{name}` computes its loss from the full logits, which Liger's fused "
-            f"cross-entropy (use_liger_kernel=True) never builds; set use_liger_kernel=False and loss_type='nll', or "
-            f"choose a criterion that works with Liger ({others})"
-        )
-    loss_type = getattr(args, "loss_type", None)
+        raise ValueError(RULES["full_logits_vs_trl_liger"].message(criterion=criterion))
     if loss_type == "dft":
-        raise ValueError(
-            f"del_plugin: del_criterion `{name}` and SFTConfig(loss_type='dft') each replace the cross-entropy with "
-            f"a loss of their own and cannot be combined; use loss_type='nll' to train with `{name}`, or keep DFT "
-            f"with a criterion that adds to it ({others})"
-        )
+        raise ValueError(RULES["full_logits_vs_trl_dft"].message(criterion=criterion))
     if loss_type != "nll":
-        raise ValueError(
-            f"del_plugin: del_criterion `{name}` computes its loss from the full logits; SFTConfig(loss_type="
-            f"{loss_type!r}) (TRL 1.14's default) computes the cross-entropy in chunks inside the forward and "
-            "returns no logits. Set loss_type='nll'"
-        )
+        raise ValueError(RULES["full_logits_vs_trl_chunked"].message(criterion=criterion, loss_type=loss_type))

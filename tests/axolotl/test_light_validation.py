@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# the evaluation's heavy parts: the runner, greedy generation, the program sandbox and its launcher, lm-eval and
-# math-verify
+# the evaluation's heavy parts: the runner, greedy generation, the program sandbox (its package holds the
+# launcher), lm-eval and math-verify
 HEAVY = (
     "del_plugin.evaluation.runner",
     "del_plugin.evaluation.generation",
     "del_plugin.evaluation.benchmarks.program",
-    "del_plugin.evaluation.benchmarks.launcher",
     "del_plugin.evaluation.lm_eval_",
     "del_plugin.evaluation.math_verify_",
 )

@@ -6,7 +6,9 @@ combine is a kernel with a criterion that needs the full ``[B, T, V]`` logits, a
 ``lm_head.weight`` with a LoRA adapter on the head, and a kernel or criterion that reads the whole head under an
 engine that partitions it (DeepSpeed ZeRO-3). Each :class:`Rule` below is written once and read by every host that
 applies it: the Axolotl validator (:mod:`del_plugin.axolotl.config_rules`), ``del-check``, the Axolotl plugin's
-model-load check, the TRL host (:func:`del_plugin.hf.trl.check_sft_loss`) and the trainer's runtime error.
+model-load check, the TRL host (:func:`del_plugin.hf.trl.check_sft_loss`), the trainer's runtime error and the
+capture's (:func:`del_plugin.core.capture_errors.refuse_fused_kernel`: what a fused kernel skipped, found while
+training).
 
 Pure data and small functions: no host library (Axolotl, transformers, TRL) is imported here.
 """
@@ -256,6 +258,43 @@ RULES: dict[str, Rule] = {
             "the trainer is built, and ZeRO-3 has partitioned it across the ranks by then",
             "Train it with ZeRO-1 or -2 (deepspeed_configs/zero2.json), FSDP2 or one GPU, or use a digit criterion "
             "under ZeRO-3 ({others})",
+            joiner=". ",
+        ),
+        # what a fused kernel skips by never calling the head, found while training (the capture's refusals: the
+        # config's keys are no longer at hand; ``what`` names the module or adapters that did not run)
+        Rule(
+            "zero3_head_not_run",
+            (),
+            ("capture",),
+            "DeepSpeed ZeRO-3 partitions the LM head, and {what} did not run its forward after the decoder "
+            "returned, where DEL reads its digit rows while DeepSpeed has gathered them: a fused cross-entropy "
+            "kernel (liger_fused_linear_cross_entropy, cut_cross_entropy) reads lm_head.weight without calling "
+            "the head",
+            "Under ZeRO-3 use plain cross-entropy, or shard with FSDP2 (examples/*/paper-full-fsdp.yml), "
+            "which keeps fused kernels",
+            joiner=". ",
+        ),
+        Rule(
+            "lora_head_not_run",
+            (),
+            ("capture",),
+            "the LoRA adapter(s) {what} on the LM head did not run in this forward pass, so the loss was "
+            "computed without them (fused cross-entropy kernels read lm_head.weight, the base weight); DEL "
+            "would read a different head than the cross-entropy",
+            "Use plain cross-entropy, or train the head with modules_to_save instead of LoRA",
+            joiner=". ",
+        ),
+        Rule(
+            "fsdp2_head_unit",
+            (),
+            ("capture",),
+            "the LM head weight is still sharded (a DTensor) when the decoder returns, where DEL reads its digit "
+            "rows: FSDP2 made lm_head a unit of its own, gathered only inside the head's own forward (which "
+            "fused cross-entropy kernels skip)",
+            "Keep lm_head in the root FSDP unit: fsdp_config "
+            "auto_wrap_policy: TRANSFORMER_BASED_WRAP with transformer_layer_cls_to_wrap set to the decoder "
+            "layer class, as examples/*/paper-full-fsdp.yml do (SIZE_BASED_WRAP makes a unit of every module above "
+            "min_num_params, the head included)",
             joiner=". ",
         ),
     )

@@ -193,6 +193,14 @@ def _trainer_refusal() -> str:
     return str(err.value)
 
 
+def _capture_refusal(case: str, what) -> str:
+    from del_plugin.core.capture_errors import DigitCaptureError, refuse_fused_kernel
+
+    with pytest.raises(DigitCaptureError) as err:
+        refuse_fused_kernel(case, what)
+    return str(err.value)
+
+
 ZERO3 = {"zero_optimization": {"stage": 3}}
 # rule -> (how its host meets it, the facts of its message, the keys the refusal must name)
 TRIGGERS = {
@@ -248,6 +256,21 @@ TRIGGERS = {
         lambda mp: _validation_refusal(deepspeed=ZERO3, del_criterion="emo", del_alpha=0.5),
         {"criterion": "emo"},
         ["`del_criterion: emo` with DeepSpeed ZeRO-3 (`deepspeed`, stage 3)", "zero2.json"],
+    ),
+    "zero3_head_not_run": (
+        lambda mp: _capture_refusal("zero3_head_not_run", "the LM head"),
+        {"what": "the LM head"},
+        ["the LM head did not run its forward", "shard with FSDP2"],
+    ),
+    "lora_head_not_run": (
+        lambda mp: _capture_refusal("lora_head_not_run", ["default"]),
+        {"what": ["default"]},
+        ["LoRA adapter(s) ['default'] on the LM head", "modules_to_save"],
+    ),
+    "fsdp2_head_unit": (
+        lambda mp: _capture_refusal("fsdp2_head_unit", ""),
+        {"what": ""},
+        ["still sharded (a DTensor)", "TRANSFORMER_BASED_WRAP"],
     ),
 }
 

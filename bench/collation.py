@@ -123,19 +123,39 @@ def micro_batch_parts(tokenizer_name: str, rows: int, seq_len: int, batches: int
     with number tokens also the wrapper without the positions (as before they were sent), each variant after its
     own host collation, in alternating order. Then its parts again, warm: the places of the digit targets, and
     where the number tokens are per number group."""
-    from axolotl.utils.collators import V2BatchSamplerDataCollatorForSeq2Seq
-
-    from del_plugin.core import DigitVocab, next_token_places, shift_to_next_token
-    from del_plugin.core.digits import number_target_positions
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
-    from del_plugin.hf.collator import NumberSpanCollator
+    from del_plugin.core import DigitVocab
     from tools.assets import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_name)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=tokenizer_name)
+    groups = packed_micro_batches(tokenizer, rows, seq_len, batches)
+    times = time_micro_batch_parts(tokenizer, vocab, groups, seq_len, passes)
+    return {
+        "tokenizer": tokenizer_name,
+        "rows": rows,
+        "sequence_len": seq_len,
+        "batches": len(groups) * passes,
+        "median_ms": {k: statistics.median(v) * 1e3 for k, v in times.items() if v},
+    }
+
+
+def packed_micro_batches(tokenizer, rows: int, seq_len: int, batches: int) -> list[list[list[dict]]]:
+    """Up to ``batches`` micro-batches of ``rows`` packs of ``seq_len`` tokens each, from GSM8K train problems."""
+    from del_plugin.evaluation.gsm8k import gsm8k_rows
+
     features = tokenize(gsm8k_rows(max(64, rows * seq_len * batches // 100)), tokenizer, seq_len)
     packs = pack(features, seq_len)
-    groups = [packs[i : i + rows] for i in range(0, len(packs) - rows + 1, rows)][:batches]
+    return [packs[i : i + rows] for i in range(0, len(packs) - rows + 1, rows)][:batches]
+
+
+def time_micro_batch_parts(tokenizer, vocab, groups, seq_len: int, passes: int) -> dict[str, list[float]]:
+    """Process CPU seconds of each part, per micro-batch and pass (see ``micro_batch_parts``)."""
+    from axolotl.utils.collators import V2BatchSamplerDataCollatorForSeq2Seq
+
+    from del_plugin.core import next_token_places, shift_to_next_token
+    from del_plugin.core.digits import number_target_positions
+    from del_plugin.hf.collator import NumberSpanCollator
+
     host = V2BatchSamplerDataCollatorForSeq2Seq(
         tokenizer, padding=True, pad_to_multiple_of=seq_len, return_tensors="pt"
     )
@@ -170,57 +190,82 @@ def micro_batch_parts(tokenizer_name: str, rows: int, seq_len: int, batches: int
                 timed(
                     "positions", lambda labels=labels: number_target_positions(shift_to_next_token(labels, -100), vocab)
                 )
-    return {
-        "tokenizer": tokenizer_name,
-        "rows": rows,
-        "sequence_len": seq_len,
-        "batches": len(groups) * passes,
-        "median_ms": {k: statistics.median(v) * 1e3 for k, v in times.items() if v},
-    }
+    return times
+
+
+def all_micro_batch_parts(args) -> list[dict]:
+    """``micro_batch_parts`` for each of ``--parts-tokenizers``."""
+    return [
+        micro_batch_parts(name, args.parts_rows, args.parts_sequence_len, args.parts_batches, args.passes)
+        for name in args.parts_tokenizers
+    ]
+
+
+def machine() -> dict:
+    return {**benchlib.machine_info(), "torch_threads": torch.get_num_threads()}
 
 
 def run(args) -> dict:
+    torch.set_num_threads(1)
+    if args.parts_only:
+        parts = all_micro_batch_parts(args)
+        share = max(p["median_ms"]["NumberSpanCollator"] / p["median_ms"]["host collator"] for p in parts)
+        return {
+            "machine": machine(),
+            "micro_batch_parts": parts,
+            "targets": {"wrapper_over_host_collator_max": share},
+        }
+    results = compare_collators(args)
+    results["micro_batch_parts"] = all_micro_batch_parts(args)
+    results["targets"] = {
+        "overhead_le_5pct": all(c["overhead_cpu"] <= 0.05 for c in results["collators"]),
+        "max_overhead_cpu": max(c["overhead_cpu"] for c in results["collators"]),
+    }
+    return results
+
+
+def count_targets(features: list[dict], vocab) -> tuple[int, int]:
+    """(digit targets, label targets) of the features. Digits, not tokens: a number token of m digits ('123',
+    Llama-3) is m digit targets."""
+    from del_plugin.core import number_places
+    from del_plugin.core.places import NOT_A_DIGIT
+
+    digit_targets = sum(int((number_places(torch.tensor(f["labels"]), vocab) != NOT_A_DIGIT).sum()) for f in features)
+    label_targets = sum(sum(1 for t in f["labels"] if t != -100) for f in features)
+    return digit_targets, label_targets
+
+
+def compare_collators(args) -> dict:
+    """Axolotl's padded and packed collators, each alone and wrapped by ``NumberSpanCollator``."""
     from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
 
-    from del_plugin.core import DigitVocab, number_places
-    from del_plugin.core.places import NOT_A_DIGIT
+    from del_plugin.core import DigitVocab
     from del_plugin.evaluation.gsm8k import gsm8k_rows
     from del_plugin.hf.collator import NumberSpanCollator
     from tools.assets import load_tokenizer
 
-    torch.set_num_threads(1)
-    if args.parts_only:
-        parts = [
-            micro_batch_parts(name, args.parts_rows, args.parts_sequence_len, args.parts_batches, args.passes)
-            for name in args.parts_tokenizers
-        ]
-        share = max(p["median_ms"]["NumberSpanCollator"] / p["median_ms"]["host collator"] for p in parts)
-        return {
-            "machine": {**benchlib.machine_info(), "torch_threads": torch.get_num_threads()},
-            "micro_batch_parts": parts,
-            "targets": {"wrapper_over_host_collator_max": share},
-        }
     tokenizer = load_tokenizer(args.tokenizer)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=args.tokenizer)
     features = tokenize(gsm8k_rows(args.samples), tokenizer, args.sequence_len)
-    # digits, not tokens: a number token of m digits ('123', Llama-3) is m digit targets
-    digit_targets = sum(int((number_places(torch.tensor(f["labels"]), vocab) != NOT_A_DIGIT).sum()) for f in features)
-    label_targets = sum(sum(1 for t in f["labels"] if t != -100) for f in features)
-
+    digit_targets, label_targets = count_targets(features, vocab)
     padded_batches = [
         [{k: v for k, v in f.items() if k != "position_ids"} for f in features[i : i + args.micro_batch_size]]
         for i in range(0, len(features), args.micro_batch_size)
     ]
     packs = pack(features, args.sequence_len)
     packed_batches = [packs[i : i + args.packs_per_batch] for i in range(0, len(packs), args.packs_per_batch)]
-
     padded = DataCollatorForSeq2Seq(tokenizer, padding=True, pad_to_multiple_of=64, return_tensors="pt")
     packed = V2BatchSamplerDataCollatorForSeq2Seq(
         tokenizer, padding=True, pad_to_multiple_of=args.sequence_len, return_tensors="pt"
     )
+    padded_name = f"padded: DataCollatorForSeq2Seq, {args.micro_batch_size} samples/batch"
+    packed_name = (
+        f"packed: V2BatchSamplerDataCollatorForSeq2Seq, {args.packs_per_batch} packs of "
+        f"<= {args.sequence_len} tokens/batch"
+    )
     bar = tqdm(total=2 * args.passes, desc="collation", unit="pass", file=sys.stdout, disable=args.quiet)
     results = {
-        "machine": {**benchlib.machine_info(), "torch_threads": torch.get_num_threads()},
+        "machine": machine(),
         "tokenizer": args.tokenizer,
         "samples": len(features),
         "sequence_len": args.sequence_len,
@@ -228,34 +273,11 @@ def run(args) -> dict:
         "digit_targets": digit_targets,
         "digit_share_of_targets": round(digit_targets / max(label_targets, 1), 4),
         "collators": [
-            bench_collator(
-                f"padded: DataCollatorForSeq2Seq, {args.micro_batch_size} samples/batch",
-                padded,
-                NumberSpanCollator(padded, vocab),
-                padded_batches,
-                args.passes,
-                bar,
-            ),
-            bench_collator(
-                f"packed: V2BatchSamplerDataCollatorForSeq2Seq, {args.packs_per_batch} packs of "
-                f"<= {args.sequence_len} tokens/batch",
-                packed,
-                NumberSpanCollator(packed, vocab),
-                packed_batches,
-                args.passes,
-                bar,
-            ),
+            bench_collator(padded_name, padded, NumberSpanCollator(padded, vocab), padded_batches, args.passes, bar),
+            bench_collator(packed_name, packed, NumberSpanCollator(packed, vocab), packed_batches, args.passes, bar),
         ],
     }
     bar.close()
-    results["micro_batch_parts"] = [
-        micro_batch_parts(name, args.parts_rows, args.parts_sequence_len, args.parts_batches, args.passes)
-        for name in args.parts_tokenizers
-    ]
-    results["targets"] = {
-        "overhead_le_5pct": all(c["overhead_cpu"] <= 0.05 for c in results["collators"]),
-        "max_overhead_cpu": max(c["overhead_cpu"] for c in results["collators"]),
-    }
     return results
 
 

@@ -133,10 +133,40 @@ def _mib(n: float) -> str:
 
 
 def tables(results: dict) -> str:
-    main_rows = []
+    return (
+        f"{shape_line(results)}\n\n{step_table(results)}\n\nThe labels (GSM8K train solutions, packed):\n\n"
+        f"{labels_table(results)}\n\n"
+        f"DEL's term alone (forward + backward from the hidden states, frozen head; launches and host syncs as "
+        f"`benchlib.op_census` counts them):\n\n{term_alone_table(results)}\n\n"
+        f"The logits API beside it (plain CE, frozen head):\n\n{logits_api_table(results)}\n\n"
+        "What DEL adds to the live tensors at the step's peak (MiB, where it was allocated):\n\n"
+        + "\n".join(peak_breakdown(results))
+        + "\n"
+    )
+
+
+def shape_line(results: dict) -> str:
+    """The measured shape (of the first case), and what the last column of the step table counts."""
+    case0 = results["cases"][0]
+    shape = (
+        f"N x V = {case0['tokens']:,} x {case0['vocab_size']:,}, H = {case0['hidden_size']:,}, {results['dtype']}, "
+        f"{case0['rounds']} rounds"
+    )
+    logits_sized = {case0["tokens"] * case0["vocab_size"] * e for e in (2, 4)}
+    if case0["head_bytes"] in logits_sized:
+        shape += (
+            f"; a [V, H] tensor ({case0['head_bytes']:,} bytes) has the size of a logits-sized buffer here, so the "
+            "last column counts both (equal counts: DEL adds no allocation of that size)"
+        )
+    return shape
+
+
+def step_table(results: dict) -> str:
+    """CE + DEL against CE per tokenizer, CE kind and head: time, the term alone, peak memory."""
+    rows = []
     for case, m, ce in del_rows(results):
         alone = case["term_only"]["del"]
-        main_rows.append(
+        rows.append(
             [
                 case["tokenizer"],
                 m["ce"],
@@ -154,7 +184,7 @@ def tables(results: dict) -> str:
                 f"{ce['head_sized_allocations']} / {m['head_sized_allocations']}",
             ]
         )
-    main = benchlib.markdown_table(
+    return benchlib.markdown_table(
         [
             "tokenizer",
             "CE",
@@ -171,12 +201,15 @@ def tables(results: dict) -> str:
             "memory / CE",
             "[V, H]-sized allocations CE / CE+DEL",
         ],
-        main_rows,
+        rows,
     )
-    data_rows, alone_rows, api_rows = [], [], []
+
+
+def labels_table(results: dict) -> str:
+    rows = []
     for case in results["cases"]:
         by = case["targets_by_digits"]
-        data_rows.append(
+        rows.append(
             [
                 case["tokenizer"],
                 f"{case['label_targets']:,}",
@@ -185,8 +218,16 @@ def tables(results: dict) -> str:
                 f"{case['digit_targets']:,}",
             ]
         )
+    return benchlib.markdown_table(
+        ["tokenizer", "label targets", "number-token targets", "of 1 / 2 / 3 digits", "digit targets (slots)"], rows
+    )
+
+
+def term_alone_table(results: dict) -> str:
+    rows = []
+    for case in results["cases"]:
         alone = case["term_only"]["del"]
-        alone_rows.append(
+        rows.append(
             [
                 case["tokenizer"],
                 f"{alone['median_cpu_s'] * 1e3:,.1f}",
@@ -198,8 +239,17 @@ def tables(results: dict) -> str:
                 alone.get("host_syncs", ""),
             ]
         )
+    return benchlib.markdown_table(
+        ["tokenizer", "DEL alone CPU ms", "user ms", "wall ms", "peak MiB", "allocated MiB", "launches", "host syncs"],
+        rows,
+    )
+
+
+def logits_api_table(results: dict) -> str:
+    rows = []
+    for case in results["cases"]:
         api = case["methods"][loss_step.method_name("plain", "frozen", "ce+del (logits API)")]
-        api_rows.append(
+        rows.append(
             [
                 case["tokenizer"],
                 f"{api['time_ratio_cpu']:.3f}",
@@ -208,33 +258,14 @@ def tables(results: dict) -> str:
                 f"{api['memory_ratio']:.4f}",
             ]
         )
-    data = benchlib.markdown_table(
-        [
-            "tokenizer",
-            "label targets",
-            "number-token targets",
-            "of 1 / 2 / 3 digits",
-            "digit targets (slots)",
-        ],
-        data_rows,
+    return benchlib.markdown_table(
+        ["tokenizer", "CE + DEL (logits API) / CE (CPU)", "(user CPU)", "adds MiB", "memory / CE"], rows
     )
-    alone = benchlib.markdown_table(
-        [
-            "tokenizer",
-            "DEL alone CPU ms",
-            "user ms",
-            "wall ms",
-            "peak MiB",
-            "allocated MiB",
-            "launches",
-            "host syncs",
-        ],
-        alone_rows,
-    )
-    api = benchlib.markdown_table(
-        ["tokenizer", "CE + DEL (logits API) / CE (CPU)", "(user CPU)", "adds MiB", "memory / CE"], api_rows
-    )
-    breakdown = []
+
+
+def peak_breakdown(results: dict) -> list[str]:
+    """One line per case, CE kind and head (and DEL alone): the largest tensors DEL adds at the step's peak."""
+    lines = []
     for case in results["cases"]:
         for kind in loss_step.CE_KINDS:
             for head in loss_step.HEADS:
@@ -243,29 +274,10 @@ def tables(results: dict) -> str:
                 moved_bytes = sum(a["bytes"] for a in m["baseline_live_not_at_peak"])
                 moved = " (CE's peak is at another point of the step)" if moved_bytes > 2**16 else ""
                 items = "; ".join(f"{_mib(a['bytes'])} {a['where']}" for a in m["extra_live_at_peak"][:6])
-                breakdown.append(f"- {case['tokenizer']}, {kind} CE, {head} head{moved}: {items}")
+                lines.append(f"- {case['tokenizer']}, {kind} CE, {head} head{moved}: {items}")
         items = "; ".join(f"{_mib(a['bytes'])} {a['where']}" for a in case["term_only"]["del"]["live_at_peak"][:6])
-        breakdown.append(f"- {case['tokenizer']}, DEL alone, at its own peak: {items}")
-    case0 = results["cases"][0]
-    shape = (
-        f"N x V = {case0['tokens']:,} x {case0['vocab_size']:,}, H = {case0['hidden_size']:,}, {results['dtype']}, "
-        f"{case0['rounds']} rounds"
-    )
-    logits_sized = {case0["tokens"] * case0["vocab_size"] * e for e in (2, 4)}
-    if case0["head_bytes"] in logits_sized:
-        shape += (
-            f"; a [V, H] tensor ({case0['head_bytes']:,} bytes) has the size of a logits-sized buffer here, so the "
-            "last column counts both (equal counts: DEL adds no allocation of that size)"
-        )
-    return (
-        f"{shape}\n\n{main}\n\nThe labels (GSM8K train solutions, packed):\n\n{data}\n\n"
-        f"DEL's term alone (forward + backward from the hidden states, frozen head; launches and host syncs as "
-        f"`benchlib.op_census` counts them):\n\n{alone}\n\n"
-        f"The logits API beside it (plain CE, frozen head):\n\n{api}\n\n"
-        "What DEL adds to the live tensors at the step's peak (MiB, where it was allocated):\n\n"
-        + "\n".join(breakdown)
-        + "\n"
-    )
+        lines.append(f"- {case['tokenizer']}, DEL alone, at its own peak: {items}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -244,6 +244,16 @@ def _ops(counts: dict[str, int], limit: int = 8) -> str:
 
 
 def tables(results: dict) -> str:
+    parts = []
+    if results["cases"]:
+        parts.append(step_section(results))
+    if results["term_cases"]:
+        parts.append(term_section(results))
+    return "\n".join(parts)
+
+
+def step_section(results: dict) -> str:
+    """The training step's census: DEL's launches and host synchronisations per mode, tokenizer and head."""
     rows, sync_lines = [], []
     for c in results["cases"]:
         d = c["del"]
@@ -259,17 +269,7 @@ def tables(results: dict) -> str:
                 d["cpu_only_checks"],
             ]
         )
-        found = {**d["sync_ops"], **d["host_read_calls"]}
-        if found:
-            sync_lines.append(
-                f"- {c.get('mode', 'as is')}, {c['tokenizer']}, {c['head']} head: "
-                + "; ".join(f"{n} x {k}" for k, n in found.items())
-            )
-        if d["cpu_only_check_ops"]:
-            sync_lines.append(
-                f"- {c.get('mode', 'as is')}, {c['tokenizer']}, {c['head']} head, CPU only: "
-                + "; ".join(f"{n} x {k}" for k, n in d["cpu_only_check_ops"].items())
-            )
+        sync_lines += sync_sites(c)
     table = benchlib.markdown_table(
         [
             "DEL's small ops",
@@ -287,6 +287,33 @@ def tables(results: dict) -> str:
         f"- {c.get('mode', 'as is')}, {c['tokenizer']}, {c['head']} head: {_ops(c['del']['by_op'])}"
         for c in results["cases"]
     ]
+    c0 = results["cases"][0]
+    return (
+        f"One training step (get_batch_samples, compute_loss, backward) of a tiny Llama, {results['rows']} "
+        f"packed rows x {results['seq_len']} tokens of GSM8K; DEL's share = the step with DEL minus the step "
+        f"without.\n\n{table}\n\nHost synchronisations in DEL's path:\n\n"
+        + ("\n".join(sync_lines) if sync_lines else "- none")
+        + "\n\nDEL's launches by op (the largest differences):\n\n"
+        + "\n".join(ops)
+        + f"\n\n(first case: {c0['digit_targets']:,} digit targets; targets by digits held "
+        f"{c0['targets_by_digits']})\n"
+    )
+
+
+def sync_sites(case: dict) -> list[str]:
+    """The lines naming one case's host synchronisations (on CUDA), then its CPU-only host checks."""
+    d, lines = case["del"], []
+    where = f"{case.get('mode', 'as is')}, {case['tokenizer']}, {case['head']} head"
+    found = {**d["sync_ops"], **d["host_read_calls"]}
+    if found:
+        lines.append(f"- {where}: " + "; ".join(f"{n} x {k}" for k, n in found.items()))
+    if d["cpu_only_check_ops"]:
+        lines.append(f"- {where}, CPU only: " + "; ".join(f"{n} x {k}" for k, n in d["cpu_only_check_ops"].items()))
+    return lines
+
+
+def term_section(results: dict) -> str:
+    """The digit term alone at a 7-8B model's head: time, memory, launches and host synchronisations."""
     term_rows = [
         [
             t.get("mode", "as is"),
@@ -315,26 +342,11 @@ def tables(results: dict) -> str:
         ],
         term_rows,
     )
-    parts = []
-    if results["cases"]:
-        c0 = results["cases"][0]
-        parts.append(
-            f"One training step (get_batch_samples, compute_loss, backward) of a tiny Llama, {results['rows']} "
-            f"packed rows x {results['seq_len']} tokens of GSM8K; DEL's share = the step with DEL minus the step "
-            f"without.\n\n{table}\n\nHost synchronisations in DEL's path:\n\n"
-            + ("\n".join(sync_lines) if sync_lines else "- none")
-            + "\n\nDEL's launches by op (the largest differences):\n\n"
-            + "\n".join(ops)
-            + f"\n\n(first case: {c0['digit_targets']:,} digit targets; targets by digits held "
-            f"{c0['targets_by_digits']})\n"
-        )
-    if results["term_cases"]:
-        parts.append(
-            "The digit term alone at a 7-8B model's head (forward + backward from the hidden states, frozen head, "
-            "GSM8K labels, float32 on this CPU; `loss_step.term_only`: the trainer's term, with the statistics it "
-            f"logs):\n\n{term}\n"
-        )
-    return "\n".join(parts)
+    return (
+        "The digit term alone at a 7-8B model's head (forward + backward from the hidden states, frozen head, "
+        "GSM8K labels, float32 on this CPU; `loss_step.term_only`: the trainer's term, with the statistics it "
+        f"logs):\n\n{term}\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:

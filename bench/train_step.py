@@ -82,6 +82,9 @@ class StepTimer:
         return [b[0] - a[0] for a, b in pairs], [b[1] - a[1] for a, b in pairs]
 
 
+ARMS = ("off", "on")
+
+
 def run(args) -> dict:
     import torch
 
@@ -100,65 +103,78 @@ def run(args) -> dict:
         "rounds": args.rounds,
     }
     with tempfile.TemporaryDirectory(prefix="del_bench_train_") as tmp:
-        work = Path(tmp)
-        dataset = write_alpaca_jsonl(work / "gsm8k_alpaca.jsonl", gsm8k_rows(args.samples))
-        cfg = base_config(work, model_dir, dataset, args)
-        trainers = {
-            "off": build_trainer({**cfg, "output_dir": str(work / "out_off")}),
-            "on": build_trainer(
-                {**cfg, "output_dir": str(work / "out_on"), "plugins": ["del_plugin.DELPlugin"], "del_alpha": 0.3}
-            ),
-        }
-        if type(trainers["on"]).__name__ != "DELTrainer" or type(trainers["off"]).__name__ == "DELTrainer":
-            raise RuntimeError(f"unexpected trainers: {[type(t).__name__ for t in trainers.values()]}")
-        timer = StepTimer()
-        for trainer in trainers.values():
-            trainer.add_callback(timer.callback)
-        arms = ["off", "on"]
-        per_round: list[dict] = []
-        from tqdm import tqdm
-
-        bar = tqdm(total=args.rounds * len(arms), desc="train step", unit="run", file=sys.stdout, disable=args.quiet)
-        for r in range(args.rounds):
-            order = arms[r % len(arms) :] + arms[: r % len(arms)]
-            entry = {}
-            for name in order:
-                timer.reset()
-                trainers[name].train()
-                kept_wall, kept_cpu = timer.intervals(args.warmup_steps)
-                entry[name] = {
-                    "median_step_s_wall": statistics.median(kept_wall),
-                    "median_step_s_cpu": statistics.median(kept_cpu),
-                    "steps_timed": len(kept_wall),
-                    "step_s_wall": kept_wall,
-                }
-                bar.update(1)
-            per_round.append(entry)
-        bar.close()
+        trainers = build_trainers(Path(tmp), model_dir, args)
+        per_round = time_rounds(trainers, args)
         logs = [h for h in trainers["on"].state.log_history if "del_loss" in h]
+    results.update(summarize(per_round))
+    results["del_logged"] = logs[-1] if logs else None
+    results["targets"] = {"steps_per_s_ratio_ge_0.97": results["on_over_off_steps_per_s_cpu"] >= 0.97}
+    return results
+
+
+def build_trainers(work: Path, model_dir: Path, args) -> dict:
+    """The two arms from one config: DEL off, and on (the plugin and ``del_alpha: 0.3`` added)."""
+    dataset = write_alpaca_jsonl(work / "gsm8k_alpaca.jsonl", gsm8k_rows(args.samples))
+    cfg = base_config(work, model_dir, dataset, args)
+    trainers = {
+        "off": build_trainer({**cfg, "output_dir": str(work / "out_off")}),
+        "on": build_trainer(
+            {**cfg, "output_dir": str(work / "out_on"), "plugins": ["del_plugin.DELPlugin"], "del_alpha": 0.3}
+        ),
+    }
+    if type(trainers["on"]).__name__ != "DELTrainer" or type(trainers["off"]).__name__ == "DELTrainer":
+        raise RuntimeError(f"unexpected trainers: {[type(t).__name__ for t in trainers.values()]}")
+    return trainers
+
+
+def time_rounds(trainers: dict, args) -> list[dict]:
+    """``trainer.train()`` on each arm per round, the order rotating; the median step of each call."""
+    from tqdm import tqdm
+
+    timer = StepTimer()
+    for trainer in trainers.values():
+        trainer.add_callback(timer.callback)
+    per_round: list[dict] = []
+    bar = tqdm(total=args.rounds * len(ARMS), desc="train step", unit="run", file=sys.stdout, disable=args.quiet)
+    for r in range(args.rounds):
+        order = ARMS[r % len(ARMS) :] + ARMS[: r % len(ARMS)]
+        entry = {}
+        for name in order:
+            timer.reset()
+            trainers[name].train()
+            kept_wall, kept_cpu = timer.intervals(args.warmup_steps)
+            entry[name] = {
+                "median_step_s_wall": statistics.median(kept_wall),
+                "median_step_s_cpu": statistics.median(kept_cpu),
+                "steps_timed": len(kept_wall),
+                "step_s_wall": kept_wall,
+            }
+            bar.update(1)
+        per_round.append(entry)
+    bar.close()
+    return per_round
+
+
+def summarize(per_round: list[dict]) -> dict:
+    """Steps per second of each arm (median over rounds) and the on / off ratios (median over rounds)."""
     ratio_cpu = [e["off"]["median_step_s_cpu"] / e["on"]["median_step_s_cpu"] for e in per_round]
     ratio_wall = [e["off"]["median_step_s_wall"] / e["on"]["median_step_s_wall"] for e in per_round]
     summary = {}
-    for name in arms:
+    for name in ARMS:
         steps_cpu = [s for e in per_round for s in [e[name]["median_step_s_cpu"]]]
         steps_wall = [s for e in per_round for s in [e[name]["median_step_s_wall"]]]
         summary[name] = {
             "steps_per_s_cpu": 1 / statistics.median(steps_cpu),
             "steps_per_s_wall": 1 / statistics.median(steps_wall),
         }
-    results.update(
-        {
-            "rounds_detail": per_round,
-            "summary": summary,
-            "on_over_off_steps_per_s_cpu": statistics.median(ratio_cpu),
-            "on_over_off_steps_per_s_wall": statistics.median(ratio_wall),
-            "per_round_ratio_cpu": ratio_cpu,
-            "arms": arms,
-            "del_logged": logs[-1] if logs else None,
-        }
-    )
-    results["targets"] = {"steps_per_s_ratio_ge_0.97": results["on_over_off_steps_per_s_cpu"] >= 0.97}
-    return results
+    return {
+        "rounds_detail": per_round,
+        "summary": summary,
+        "on_over_off_steps_per_s_cpu": statistics.median(ratio_cpu),
+        "on_over_off_steps_per_s_wall": statistics.median(ratio_wall),
+        "per_round_ratio_cpu": ratio_cpu,
+        "arms": list(ARMS),
+    }
 
 
 def tables(results: dict) -> str:

@@ -78,6 +78,20 @@ def pack(features: list[dict], capacity: int) -> list[list[dict]]:
     return bins
 
 
+def padded_micro_batches(features: list[dict], size: int) -> list[list[dict]]:
+    """Micro-batches of ``size`` samples for the padding collator (no position ids)."""
+    return [
+        [{k: v for k, v in f.items() if k != "position_ids"} for f in features[i : i + size]]
+        for i in range(0, len(features), size)
+    ]
+
+
+def packed_micro_batches(features: list[dict], capacity: int, packs_per_batch: int) -> list[list[list[dict]]]:
+    """Micro-batches of ``packs_per_batch`` packs of up to ``capacity`` tokens, for the packing collator."""
+    packs = pack(features, capacity)
+    return [packs[i : i + packs_per_batch] for i in range(0, len(packs), packs_per_batch)]
+
+
 def bench_collator(name, plain, wrapped, batches, passes: int, bar) -> dict:
     """Alternate plain / wrapped on each batch; every call gets its own deep copy, made outside the timing."""
     times = {"plain": {"wall": [], "cpu": []}, "wrapped": {"wall": [], "cpu": []}}
@@ -128,7 +142,7 @@ def micro_batch_parts(tokenizer_name: str, rows: int, seq_len: int, batches: int
 
     tokenizer = load_tokenizer(tokenizer_name)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=tokenizer_name)
-    groups = packed_micro_batches(tokenizer, rows, seq_len, batches)
+    groups = gsm8k_full_micro_batches(tokenizer, rows, seq_len, batches)
     times = time_micro_batch_parts(tokenizer, vocab, groups, seq_len, passes)
     return {
         "tokenizer": tokenizer_name,
@@ -139,8 +153,8 @@ def micro_batch_parts(tokenizer_name: str, rows: int, seq_len: int, batches: int
     }
 
 
-def packed_micro_batches(tokenizer, rows: int, seq_len: int, batches: int) -> list[list[list[dict]]]:
-    """Up to ``batches`` micro-batches of ``rows`` packs of ``seq_len`` tokens each, from GSM8K train problems."""
+def gsm8k_full_micro_batches(tokenizer, rows: int, seq_len: int, batches: int) -> list[list[list[dict]]]:
+    """Up to ``batches`` full micro-batches of ``rows`` packs of ``seq_len`` tokens each, from GSM8K train problems."""
     from del_plugin.evaluation.gsm8k import gsm8k_rows
 
     features = tokenize(gsm8k_rows(max(64, rows * seq_len * batches // 100)), tokenizer, seq_len)
@@ -248,12 +262,8 @@ def compare_collators(args) -> dict:
     vocab = DigitVocab.from_tokenizer(tokenizer, name=args.tokenizer)
     features = tokenize(gsm8k_rows(args.samples), tokenizer, args.sequence_len)
     digit_targets, label_targets = count_targets(features, vocab)
-    padded_batches = [
-        [{k: v for k, v in f.items() if k != "position_ids"} for f in features[i : i + args.micro_batch_size]]
-        for i in range(0, len(features), args.micro_batch_size)
-    ]
-    packs = pack(features, args.sequence_len)
-    packed_batches = [packs[i : i + args.packs_per_batch] for i in range(0, len(packs), args.packs_per_batch)]
+    padded_batches = padded_micro_batches(features, args.micro_batch_size)
+    packed_batches = packed_micro_batches(features, args.sequence_len, args.packs_per_batch)
     padded = DataCollatorForSeq2Seq(tokenizer, padding=True, pad_to_multiple_of=64, return_tensors="pt")
     packed = V2BatchSamplerDataCollatorForSeq2Seq(
         tokenizer, padding=True, pad_to_multiple_of=args.sequence_len, return_tensors="pt"

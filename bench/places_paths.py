@@ -75,12 +75,8 @@ def host_collators(tokenizer, samples: int) -> dict:
     from del_plugin.evaluation.gsm8k import gsm8k_rows
 
     features = collation.tokenize(gsm8k_rows(samples), tokenizer, 2048)
-    padded = [
-        [{k: v for k, v in f.items() if k != "position_ids"} for f in features[i : i + 8]]
-        for i in range(0, len(features), 8)
-    ]
-    packs = collation.pack(features, 2048)
-    packed = [packs[i : i + 2] for i in range(0, len(packs), 2)]
+    padded = collation.padded_micro_batches(features, 8)
+    packed = collation.packed_micro_batches(features, 2048, 2)
     return {
         "padded": (DataCollatorForSeq2Seq(tokenizer, padding=True, pad_to_multiple_of=64, return_tensors="pt"), padded),
         "packed": (

@@ -30,7 +30,7 @@ os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(BENCH.parent / "tests"))
+sys.path.insert(0, str(BENCH.parent / "tests" / "helpers"))
 
 import collation  # noqa: E402
 import torch  # noqa: E402

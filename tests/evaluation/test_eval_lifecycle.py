@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import pytest
-from test_evaluation import digit_model  # noqa: F401 - the module fixture: the tiny model that writes digits
 
 from del_plugin.evaluation import cli
 from del_plugin.evaluation.errors import (
@@ -34,8 +33,7 @@ from del_plugin.evaluation.errors import (
 )
 from del_plugin.evaluation.report import STAGING_DIR, load_report
 
-ROOT = Path(__file__).resolve().parents[2]
-
+from repo import REPO
 
 # ---------------------------------------------------------------------------------------------- a child to kill
 
@@ -324,7 +322,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 @pytest.fixture
 def sat_dir(tmp_path):
     """A --benchmark-dir whose SAT is not the authors' file (test_benchmarks' two problems)."""
-    from test_benchmarks import SAT
+    from paper_sets import SAT
 
     (tmp_path / "bench" / "sat").mkdir(parents=True)
     (tmp_path / "bench" / "sat" / "sat.json").write_text(json.dumps(SAT))
@@ -506,7 +504,7 @@ def test_exit_statuses_are_listed_in_help_and_docs(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert EXIT_STATUS_HELP in capsys.readouterr().out
-    docs = (ROOT / "docs" / "evaluation.md").read_text()
+    docs = (REPO / "docs" / "evaluation.md").read_text()
     rows = dict(re.findall(r"\n\| (\d+) \| (.*) \|", docs))
     for status, meaning in EXIT_STATUSES:  # the same words (the docs set options in code type)
         assert rows[str(status)].replace("`", "") == meaning, status

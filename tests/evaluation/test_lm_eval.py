@@ -26,8 +26,8 @@ from del_plugin.evaluation.lm_eval_tasks import write_lm_eval_tasks
 from tools.assets import load_tokenizer, smollm2_dir
 
 from paper_sets import write_benchmark_dir
+from repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 LIMIT, NEW_TOKENS = 2, 16
 
 

@@ -39,7 +39,7 @@ from del_plugin.core.criteria import DIGIT_CRITERIA, dist2_place_weights
 from del_plugin.core.places import NOT_A_DIGIT, place_weights
 
 from fake_vocab import DIGITS, SPACE_MARKED, VOCAB, V, encode
-from test_places import oracle_places
+from places_oracle import oracle_places
 
 FUZZ = settings(max_examples=150, deadline=None)
 

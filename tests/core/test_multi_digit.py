@@ -1,10 +1,10 @@
 """Number tokens of 1-3 digits (Llama-3 cuts "12345678" into '123', '456', '78'), against oracles written from the
-definition rather than from the production code:
+definition rather than from the production code (tests/helpers/number_token_oracle.py):
 
 * **Places.** A number token stands for its characters: the oracle expands every token into them (the first keeps
   the token's space marker and its packed-sequence start), reads the expanded sequence digit by digit with the
-  single-digit rules (``oracle_places`` of tests/core/test_places.py, and the trusted old ``oracle_number_places`` of
-  tests/helpers/places_oracle.py on the same characters), and hands each digit's place back to its token's slot.
+  single-digit rules (``oracle_places`` and the trusted old ``oracle_number_places`` of
+  tests/helpers/places_oracle.py, on the same characters), and hands each digit's place back to its token's slot.
   Checked on
   the real Llama-3 tokenizer (hand-worked cases, GSM8K rows and odd texts in padded, masked and packed batches,
   ``shift_labels``) and by a Hypothesis fuzz on a character tokenizer that also merges digits into chunks of 1-3 at

@@ -79,8 +79,8 @@ def test_readme_standalone_example_runs_on_a_bf16_model():
 
 def test_readme_standalone_example_gives_the_definitions_value_on_llama3():
     """The same block, unchanged, on Llama-3's tokenizer (numbers cut into 1-3-digit tokens): its digit term is
-    the definition's, computed slot by slot by the oracle of tests/core/test_multi_digit.py (explicit logsumexps over
-    the number tokens' strings, places read per character)."""
+    the definition's, computed slot by slot by the oracle of tests/helpers/number_token_oracle.py (explicit
+    logsumexps over the number tokens' strings, places read per character)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from del_plugin.core.places import PlaceWeighting

@@ -14,12 +14,13 @@ import gc  # noqa: E402
 import importlib.abc  # noqa: E402
 import importlib.metadata  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-for _room in ("helpers", "core", "hf", "axolotl", "evaluation", "e2e", "experiments", "project"):
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), _room))
+# the tests' shared helpers (tests/helpers/), imported by module name; a test file never imports another test file
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "helpers"))
+
+from repo import REPO  # noqa: E402
 
 # The newest-hosts lane (`make test-hosts-latest`, CONTRIBUTING.md): the host tests on the newest transformers, TRL,
 # accelerate and peft (requirements-latest.lock, installed ahead of the project's environment on PYTHONPATH), with no
@@ -27,7 +28,7 @@ for _room in ("helpers", "core", "hf", "axolotl", "evaluation", "e2e", "experime
 # imported, and an import of Axolotl fails there (tests that need Axolotl carry the `axolotl` marker, which the lane
 # deselects; one that does not fails instead of testing the other lane's stack).
 HOSTS_LATEST = os.environ.get("DEL_TEST_LANE") == "hosts-latest"
-LATEST_LOCK = Path(__file__).resolve().parents[1] / "requirements-latest.lock"
+LATEST_LOCK = REPO / "requirements-latest.lock"
 
 
 class _NoAxolotl(importlib.abc.MetaPathFinder):
@@ -166,8 +167,7 @@ restore_environment_per_module = pytest.fixture(autouse=True, scope="module")(_r
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """``base(**overrides)``: the tests' small CPU LoRA config with the plugin on (tests/helpers/axolotl_helpers.py),
-    on the
-    tiny Llama-2-tokenizer model and four GSM8K rows."""
+    on the tiny Llama-2-tokenizer model and four GSM8K rows."""
     from del_plugin.evaluation.gsm8k import gsm8k_rows
     from tools.assets import tiny_model_dir
     from tools.cpu import write_alpaca_jsonl
@@ -177,3 +177,40 @@ def base(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cfg")
     data = write_alpaca_jsonl(tmp / "d.jsonl", gsm8k_rows(4))
     return lambda **kw: cpu_config(tmp, tiny_model_dir("llama-spm"), data, **kw)
+
+
+@pytest.fixture(scope="module")
+def process_group(tmp_path_factory):
+    """A one-process gloo group, for FSDP2 in this process (a file store: no port to claim)."""
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
+    store = dist.FileStore(str(tmp_path_factory.mktemp("gloo") / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def digit_model(tmp_path_factory):
+    """The tiny random Llama, rewired so that it writes only the digits 1 and 2: the final norm keeps one hidden
+    unit and the LM head maps its sign to '1' or '2'. Its answers are numbers, wrong ones mostly."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tools.assets import tiny_model_dir
+
+    source = tiny_model_dir("llama-spm")
+    model = AutoModelForCausalLM.from_pretrained(str(source))
+    tokenizer = AutoTokenizer.from_pretrained(str(source))
+    one, two = tokenizer.convert_tokens_to_ids(["1", "2"])
+    with torch.no_grad():
+        model.model.norm.weight.zero_()
+        model.model.norm.weight[0] = 1.0
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[one, 0] = 10.0
+        model.lm_head.weight[two, 0] = -10.0
+    out = tmp_path_factory.mktemp("digit-model")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

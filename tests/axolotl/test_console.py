@@ -18,8 +18,8 @@ from tools.assets import tiny_model_dir
 from tools.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config
+from repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PLUGIN_LOGGER = "[axolotl.integrations.del_plugin]"
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_del_check import write
 
 from del_plugin.axolotl.args import PLUGIN_NAME
 from del_plugin.axolotl.check import main
@@ -27,8 +26,9 @@ from tools.assets import tiny_model_dir
 from tools.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config, run_axolotl
+from example_families import write
+from repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "smollm2-135m-cpu.yml"
 RECIPE = {key: entry.value for key, entry in CPU_RECIPE.items()}
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_examples import EXAMPLES, FAMILIES, OTHER_FAMILIES, REPO
 
 from del_plugin.axolotl.check import GPUS, main, parse_args, parse_compute_capability
 from tools.assets import load_tokenizer, tiny_model_dir
+
+from example_families import EXAMPLES, FAMILIES, OTHER_FAMILIES, write
+from repo import REPO
 
 # the ablation's Qwen2.5-1.5B has Qwen2.5-7B's tokenizer
 TOKENIZERS = {f.hub_id: f.tokenizer for f in [*FAMILIES.values(), *OTHER_FAMILIES.values()]} | {
@@ -129,18 +131,6 @@ def test_a_folder_without_config_json_is_named_with_the_file_it_lacks(capsys, tm
         f"{folder} (for Qwen/Qwen2.5-7B): no config.json in this folder, from which the model type is read; copy "
         "the model's file there",
     )
-
-
-def write(tmp_path: Path, example: str, **changes) -> Path:
-    cfg = yaml.safe_load((EXAMPLES / example).read_text(encoding="utf-8"))
-    for key, value in changes.items():
-        if value is None:
-            cfg.pop(key, None)
-        else:
-            cfg[key] = value
-    out = tmp_path / "config.yml"
-    out.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    return out
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,7 @@ from del_plugin.core.capture import DigitCaptureError, LogitsMismatch, check_arc
 from capture_checks import Step, assert_same_step, ce_plus_del_step
 from fake_vocab import VOCAB, V, encode
 from fused_kernels import apply_liger, interpreter_shims
+from repo import REPO
 from tiny_models import SHAPE
 
 TEXT = "it costs 12.75 and 3,040 more: 1.5 or 99"
@@ -395,11 +396,10 @@ def test_liger_forwards_that_train_other_logits_are_refused(tmp_path, model_type
 
 
 def test_docs_table_is_the_table():
-    from pathlib import Path
 
     from del_plugin.core.architectures import architectures_table
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "architectures.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "architectures.md").read_text(encoding="utf-8")
     start = text.index("-->\n", text.index("<!-- architectures-table")) + 4
     assert text[start : text.index("<!-- /architectures-table -->")] == architectures_table(), (
         "docs/architectures.md's table is out of date; paste del_plugin.core.architectures.architectures_table()"
@@ -470,9 +470,8 @@ def test_the_axolotl_plugin_stops_a_wrong_reading_at_the_first_step(tmp_path, ar
 
 def test_the_readme_lists_the_tested_architectures():
     import re
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "README.md").read_text(encoding="utf-8")
     start = text.index("**Supported architectures**")
     paragraph = text[start : text.index("\n\n", start)]
     listed = re.findall(r"`([a-z0-9_]+)`", paragraph[: paragraph.index("At the first step")])

@@ -31,10 +31,10 @@ from del_plugin.core.places import NOT_A_DIGIT
 
 from fake_vocab import VOCAB, V, encode
 from number_oracle import digit_runs, oracle_number_errors
+from repo import REPO
 
 LN2 = math.log(2.0)
 SQRT2 = math.sqrt(2.0)
-REPO = Path(__file__).resolve().parents[2]
 ABLATION = REPO / "examples" / "ablation"
 
 

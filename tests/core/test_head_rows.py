@@ -8,23 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_hidden import lora
-from test_number_capture import (
-    VOCAB,
-    _AllocationsOfShape,
-    assert_same_step,
-    batch,
-    tiny_causal_lm,
-)
 
-from del_plugin.core import DigitLogitsCapture, DigitVocab
+from del_plugin.core import DigitLogitsCapture
 from del_plugin.core.capture import DigitCaptureError
 from del_plugin.core.head_rows import gather_rows, rows_vocab
 from del_plugin.core.hidden import digit_logits_from_hidden, number_logits_from_hidden
 
-from capture_checks import Step, ce_plus_del_step
-
-SPACED = DigitVocab(family_token_ids=(tuple(range(40, 50)), tuple(range(60, 70))), family_markers=("", "▁"))
+from capture_checks import AllocationsOfShape, Step, ce_plus_del_step
+from chunked_vocab import SPACED, VOCAB, assert_same_step, batch, tiny_causal_lm
+from tiny_models import lora
 
 
 @pytest.mark.parametrize("vocab", [VOCAB, SPACED], ids=["number tokens", "two digit families"])
@@ -53,10 +45,10 @@ def test_gather_rows_gives_a_parameter_its_row_gradient_in_place():
     weight = torch.randn(50, 6, requires_grad=True)
     ids = torch.tensor([3, 17, 4, 40])
     upstream, other = torch.randn(4, 6), torch.randn(50, 6)
-    with _AllocationsOfShape() as alone:
+    with AllocationsOfShape() as alone:
         (weight * other).sum().backward()  # another use of the weight, as CE's
     weight.grad = None
-    with _AllocationsOfShape() as seen:
+    with AllocationsOfShape() as seen:
         rows = gather_rows(weight, ids)
         ((rows * upstream).sum() + (weight * other).sum()).backward()
     assert rows.dtype == torch.float32 and torch.equal(rows.detach(), weight.detach()[ids])
@@ -80,18 +72,6 @@ def test_gather_rows_gradient_without_another_use_of_the_weight(kind):
     expected = torch.zeros_like(leaf)
     expected.index_add_(0, ids, upstream.double())
     torch.testing.assert_close(leaf.grad, expected)
-
-
-@pytest.fixture(scope="module")
-def process_group(tmp_path_factory):
-    """A one-process gloo group, for FSDP2 in this process (a file store: no port to claim)."""
-    import torch.distributed as dist
-
-    assert not dist.is_initialized()
-    store = dist.FileStore(str(tmp_path_factory.mktemp("gloo") / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def sharded(model, *, head_unit: bool = False):
@@ -131,14 +111,14 @@ def test_fsdp2_frees_the_root_unit_after_the_forward(process_group):
 
 
 def test_number_tokens_under_fsdp2_give_the_plain_step(process_group):
-    from test_number_capture import step
+    from chunked_vocab import step
 
     expected = step(tiny_causal_lm(), "logits")
     assert_same_step(fsdp_step(sharded(tiny_causal_lm())), expected)
 
 
 def test_lora_on_the_head_under_fsdp2(process_group):
-    from test_number_capture import step
+    from chunked_vocab import step
 
     def model():
         peft_model = lora(tiny_causal_lm(), target_modules=["q_proj", "lm_head"])

@@ -26,6 +26,7 @@ from del_plugin.core.places import place_weights
 import tiny_models
 from capture_checks import Step, assert_same_step, ce_plus_del_step
 from fake_vocab import VOCAB, V, encode
+from tiny_models import lora
 
 TEXT = "pay 1,234.50 for ⁷8 items, not 42 or .5"
 H = 24
@@ -268,12 +269,6 @@ def test_gradient_checkpointing(reentrant):
     assert_same_step(train_step(model, "hidden"), plain)
 
 
-def lora(model, **config):
-    from peft import LoraConfig, get_peft_model
-
-    return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, **config))
-
-
 def test_lora_on_the_head_with_dropout_reads_the_adapted_head():
     model = lora(tiny_causal_lm(), target_modules=["q_proj", "lm_head"], lora_dropout=0.5)
     for name, p in model.named_parameters():
@@ -357,9 +352,9 @@ def test_tables_first_built_in_inference_mode_still_train(numbers):
     import dataclasses
 
     if numbers:
-        from test_number_capture import VOCAB as vocab
-        from test_number_capture import V as size
-        from test_number_capture import batch as number_batch
+        from chunked_vocab import VOCAB as vocab
+        from chunked_vocab import V as size
+        from chunked_vocab import batch as number_batch
 
         labels = number_batch()["labels"]
     else:

@@ -7,16 +7,11 @@ The vocabulary is a small hand-made one that cuts digit runs left to right into 
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
-from test_hidden import lora
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from del_plugin.core import (
     DigitLogitsCapture,
-    DigitVocab,
     digit_criterion_loss,
     digit_targets_from_hidden,
     digit_targets_from_logits,
@@ -26,39 +21,9 @@ from del_plugin.core import (
 from del_plugin.core.capture import DigitCaptureError, LogitsMismatch
 from del_plugin.core.places import NOT_A_DIGIT
 
-import tiny_models
-from capture_checks import Step, ce_plus_del_step
-from capture_checks import assert_same_step as assert_same_steps
-
-CHARS = " abcdefghijklmnopqrstuvwxyz,.$%:=" + "0123456789"
-NUMBERS = [str(v).zfill(m) for m in (2, 3) for v in range(10**m)]
-TOKENS = list(CHARS) + NUMBERS
-TOKEN_ID = {t: i for i, t in enumerate(TOKENS)}
-V = len(TOKENS)
-VOCAB = DigitVocab(
-    family_token_ids=(tuple(TOKEN_ID[d] for d in "0123456789"),),
-    decimal_point_id=TOKEN_ID["."],
-    number_token_ids=tuple(tuple(TOKEN_ID[str(v).zfill(m)] for v in range(10**m)) for m in (2, 3)),
-    number_families=(0, 0),
-    name="chunked",
-)
-H = 24
-TEXT = "pay 1,234.50 for 12345678 items, 3.14159 each, not 42 or .5: 7"
-
-
-def encode(text: str) -> torch.Tensor:
-    """Digit runs in chunks of 3 from the left ('12345678': '123', '456', '78'), every other character alone."""
-    pieces = []
-    for run in re.findall(r"\d+|\D", text):
-        pieces += [run[i : i + 3] for i in range(0, len(run), 3)] if run[0].isdigit() else [run]
-    return torch.tensor([TOKEN_ID[p] for p in pieces])
-
-
-def batch(rows: int = 2) -> dict:
-    ids = torch.stack([encode(TEXT)] * rows)
-    labels = ids.clone()
-    labels[1:, :5] = -100
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+from capture_checks import AllocationsOfShape
+from chunked_vocab import TEXT, TOKENS, VOCAB, H, V, assert_same_step, batch, encode, step, tiny_causal_lm
+from tiny_models import lora
 
 
 def targets_and_places(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,31 +68,13 @@ def test_hidden_path_equals_the_logits_path(dtype, head_trainable):
         assert (ours.grad.float() - reference.grad).abs().max() <= tol * scale
 
 
-class _AllocationsOfShape(TorchDispatchMode):
-    """Records the shapes of the new tensors ops allocate (views and in-place ops, whose output shares an input's
-    storage, allocate nothing)."""
-
-    def __init__(self):
-        super().__init__()
-        self.shapes: list[tuple[int, ...]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        inputs = torch.utils._pytree.tree_leaves((args, kwargs))
-        storages = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
-        for t in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in storages:
-                self.shapes.append(tuple(t.shape))
-        return out
-
-
 def test_only_number_targets_are_computed_and_no_head_sized_gradient():
     torch.manual_seed(4)
     targets, places = targets_and_places(batch()["labels"])
     n = targets.numel()
     hidden = torch.randn(*targets.shape, H, requires_grad=True)
     weight = torch.randn(V, H, requires_grad=True)
-    with _AllocationsOfShape() as seen:
+    with AllocationsOfShape() as seen:
         loss = digit_criterion_loss("del", digit_targets_from_hidden(hidden, weight, targets, VOCAB), places)
         loss.backward()
     # no [N, V] logits and no [N, 1000] block over all positions: the 3-digit rows only where a target has 3 digits
@@ -178,8 +125,6 @@ def test_a_batch_without_numbers_gives_zero_with_a_graph():
 
 
 # ------------------------------------------------------------------------------------- inside a causal LM
-def tiny_causal_lm(model_type: str = "llama", *, dtype=torch.float32, vocab_size: int = V, **overrides):
-    return tiny_models.tiny_causal_lm(model_type, vocab_size, dtype=dtype, hidden_size=H, **overrides)
 
 
 MODELS = {
@@ -191,15 +136,6 @@ MODELS = {
     },  # a cap that bends the logits: a plain h · Wᵀ would be wrong
     "phi": {"num_attention_heads": 2, "num_key_value_heads": 2},  # a head with a bias; an even rotary part
 }
-
-
-def step(model, path: str) -> Step:
-    """CE + DEL, DEL from the captured hidden states or from the returned logits; the gradients."""
-    return ce_plus_del_step(model, batch(), VOCAB, from_logits=path == "logits", alpha=0.7, train=None)
-
-
-def assert_same_step(a: Step, b: Step) -> None:
-    assert_same_steps(a, b, loss_rtol=1e-6)
 
 
 @pytest.mark.parametrize("model_type", list(MODELS))

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from del_plugin.core import DigitVocab, PlaceWeighting, next_token_places, number_places, shift_to_next_token
 from del_plugin.core.places import NOT_A_DIGIT, _places_torch, place_weights
 
-from fake_vocab import DIGITS, SPACE_MARKED, TOKEN_ID, VOCAB, encode
-from places_oracle import oracle_next_token_places, oracle_number_places
+from fake_vocab import TOKEN_ID, VOCAB, encode
+from places_oracle import oracle_next_token_places, oracle_number_places, oracle_places
 
 N = None  # "not a digit" in the expected lists below
 
@@ -114,44 +114,6 @@ def test_weighting_switch_and_parameters():
 
 
 # ----------------------------------------------------------------------------------------------- oracle
-def oracle_places(text: str, starts: set[int]) -> list:
-    """Character by character, the way a person reads numbers; ``starts`` are packed-sequence starts."""
-    out: list = [None] * len(text)
-    numbers: list[list[int]] = []
-    current: list[int] | None = None
-    has_point = False
-
-    def is_digit(i: int) -> bool:
-        return i < len(text) and text[i] in DIGITS + SPACE_MARKED
-
-    for i, ch in enumerate(text):
-        fresh = i == 0 or i in starts
-        if ch in DIGITS + SPACE_MARKED:
-            if current is None or fresh or ch in SPACE_MARKED:
-                current = [i]
-                numbers.append(current)
-                has_point = False
-            else:
-                current.append(i)
-        elif ch in ".@" and is_digit(i + 1) and text[i + 1] in DIGITS and (i + 1) not in starts:
-            if current is None or fresh or has_point or ch == "@":
-                current = [i]
-                numbers.append(current)
-            else:
-                current.append(i)
-            has_point = True
-        else:
-            current = None
-    for number in numbers:
-        chars = [text[i] for i in number]
-        points = [k for k, ch in enumerate(chars) if ch in ".@"]
-        point = points[0] if points else len(chars)
-        for k, i in enumerate(number):
-            if k < point:
-                out[i] = sum(1 for j in range(k + 1, point))  # digits to its right in the integer part
-            elif k > point:
-                out[i] = -(k - point)
-    return out
 
 
 @settings(max_examples=300, deadline=None)

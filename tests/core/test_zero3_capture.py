@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_head_rows import SPACED, process_group  # noqa: F401 (a fixture)
-from test_hidden import lora
-from test_number_capture import VOCAB, assert_same_step, batch, tiny_causal_lm
 
 from del_plugin.core import DigitLogitsCapture, shift_to_next_token
 from del_plugin.core.capture import DigitCaptureError
 
 from capture_checks import Step, ce_plus_del_step
+from chunked_vocab import SPACED, VOCAB, assert_same_step, batch, tiny_causal_lm
 from ddp_cpu import skip_deepspeed_shm_build
+from tiny_models import lora
 
 # every parameter partitioned, however small (DeepSpeed keeps parameters under the persistence threshold whole), and
 # released as soon as its module's forward returns, never fetched ahead: as Axolotl's deepspeed_configs/zero3.json
@@ -39,7 +38,7 @@ ZERO3 = {
 
 
 @pytest.fixture(scope="module")
-def deepspeed(process_group):  # noqa: F811
+def deepspeed(process_group):
     """DeepSpeed's communicator on the one-rank gloo group, its accelerator the CPU; afterwards the process is left
     as it was (a ZeRO-3 engine replaces ``torch.nn.functional.linear`` with DeepSpeed's own for good)."""
     with pytest.MonkeyPatch.context() as patch:

@@ -35,44 +35,29 @@ from tools.cpu import write_alpaca_jsonl
 from axolotl_helpers import cpu_config
 from ddp_cpu import start
 from paper_sets import write_benchmark_dir
-from trainer_checks import LOGGED_KEYS
+from parallel_checks import (
+    ALPHA,
+    ATOL,
+    DIGITS_PER_ROW,
+    LABEL_TOKENS_PER_ROW,
+    ROWS,
+    RTOL,
+    assert_grads_close,
+    assert_ranks_log,
+    ok,
+    step_keys,
+    train_log,
+)
 
 pytestmark = pytest.mark.e2e
-
-# GSM8K train rows by index, their digit targets (the digits of the answer; the prompt is masked) and label tokens
-# (the answer's tokens and EOS)
-ROWS = (332, 150, 228, 393)
-DIGITS_PER_ROW = (65, 12, 52, 16)
-LABEL_TOKENS_PER_ROW = (111, 98, 96, 109)
-ALPHA = 2.0
-PARTS = ("loss",) + LOGGED_KEYS
-# float32 sums in another order (and, at world 1, a padded row in the micro-batch) are all that may differ; measured:
-# at most 3.4e-8 absolute on gradients whose largest entries are 0.04 (DEL's part) to 0.09 (the full gradient)
-RTOL, ATOL = 1e-4, 1e-6
-
-
-def step_keys(world: int) -> dict:
-    """One optimizer step over the same four rows at world size 1 or 2 (two micro-batches of ``2 // world`` rows
-    per rank), in data order, unclipped: what tests/e2e/test_fsdp2_cpu_e2e.py runs too."""
-    return dict(
-        micro_batch_size=2 // world,
-        gradient_accumulation_steps=2,
-        max_steps=1,
-        max_grad_norm=0.0,
-        learning_rate=1e-4,
-        sequence_len=512,
-        curriculum_sampling=True,
-        del_alpha=ALPHA,
-    )
 
 
 def config(work, model_dir, data, world: int, **overrides) -> dict:
     return cpu_config(work, model_dir, data, **{**step_keys(world), **overrides})
 
 
-# the evaluation after training: the seven sets (SimulEq and SAT the fixtures of tests/evaluation/test_benchmarks.py,
-# which are
-# not the authors' files, hence del_eval_allow_modified), two problems each, short generations; its run is Axolotl's
+# the evaluation after training: the seven sets (SimulEq and SAT the stand-ins of tests/helpers/paper_sets.py, which
+# are not the authors' files, hence del_eval_allow_modified), two problems each, short generations; its run is Axolotl's
 # whole train() and ends the process group, so it goes last
 EVAL_KEYS = dict(del_eval_benchmarks="all", del_eval_limit=2, del_eval_max_new_tokens=8, del_eval_allow_modified=True)
 
@@ -97,7 +82,7 @@ def runs(tmp_path_factory):
         }
         if world == 2:
             # control: the same run with each rank dividing by its own digit count
-            plan["rank_local"] = run("rank_local", setup=f"{__name__}:rank_local_digit_count")
+            plan["rank_local"] = run("rank_local", setup="parallel_checks:rank_local_digit_count")
             # last but the evaluation: it may raise (see test_ddp_find_unused_parameters)
             plan["find_unused"] = run("find_unused", ddp_find_unused_parameters=True)
         plan["eval"] = run("eval", **EVAL_KEYS, del_eval_benchmark_dir=str(benchmark_dir)) | {"whole": True}
@@ -106,39 +91,6 @@ def runs(tmp_path_factory):
     two = start(plan(2), tmp / "world2", nproc=2)
     one = start(plan(1), tmp / "world1", nproc=1)  # a plain process: no process group, no DDP wrapper
     return one.results(), two.results()
-
-
-def rank_local_digit_count():
-    """Setup of the control run (runs inside each rank): normalise DEL by the rank's own digits, not the step's."""
-    from del_plugin.axolotl.trainer import DELTrainer
-    from del_plugin.core.places import NOT_A_DIGIT
-    from del_plugin.hf.collator import TARGET_PLACES_KEY
-
-    original = DELTrainer.get_batch_samples
-
-    def rank_local(self, epoch_iterator, num_batches, device):
-        samples, num_items = original(self, epoch_iterator, num_batches, device)
-        self.del_metrics.step_digits = sum((b[TARGET_PLACES_KEY] != NOT_A_DIGIT).sum() for b in samples)
-        return samples, num_items
-
-    DELTrainer.get_batch_samples = rank_local
-    return lambda: setattr(DELTrainer, "get_batch_samples", original)
-
-
-def ok(result: dict) -> dict:
-    assert "error" not in result, result.get("error")
-    return result
-
-
-def train_log(result: dict) -> dict:
-    (log,) = [h for h in ok(result)["logs"] if "loss" in h]
-    return log
-
-
-def assert_grads_close(actual: dict, expected: dict, what: str, rtol=RTOL, atol=ATOL):
-    assert actual.keys() == expected.keys() and len(expected) > 0
-    for name in expected:
-        torch.testing.assert_close(actual[name], expected[name], rtol=rtol, atol=atol, msg=f"{what}: {name}")
 
 
 def del_contribution(del_run: dict, ce_run: dict) -> dict:
@@ -181,14 +133,6 @@ def test_gradient_at_world_size_two_equals_world_size_one(runs):
         )
     contribution = del_contribution(one["del"][0], one["ce"][0])
     assert max(g.abs().max().item() for g in contribution.values()) > 1e-4  # DEL does move the gradient
-
-
-def assert_ranks_log(expected: dict, ranks: list[dict], name: str) -> None:
-    """Every rank of a two-process run logs each part of the loss as the one-process run did."""
-    for rank in (0, 1):
-        log = train_log(ranks[rank])
-        for key in PARTS:
-            assert log[key] == pytest.approx(expected[key], rel=1e-5), (name, rank, key, log, expected)
 
 
 def test_logged_parts_at_world_size_two_equal_world_size_one(runs):

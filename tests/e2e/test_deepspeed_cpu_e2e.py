@@ -36,26 +36,6 @@ import math
 
 import pytest
 import torch
-from test_ddp_cpu_e2e import (
-    DIGITS_PER_ROW,
-    LABEL_TOKENS_PER_ROW,
-    PARTS,
-    ROWS,
-    assert_grads_close,
-    assert_ranks_log,
-    ok,
-    step_keys,
-    train_log,
-)
-from test_fsdp2_cpu_e2e import (
-    ATOL,
-    BF16_REL,
-    BPE_DIGITS_PER_ROW,
-    BPE_LABEL_TOKENS_PER_ROW,
-    BPE_ROWS,
-    RTOL,
-    tied_copy,
-)
 
 from del_plugin.evaluation.gsm8k import gsm8k_rows
 from tools.assets import axolotl_deepspeed_configs, tiny_model_dir
@@ -63,6 +43,24 @@ from tools.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config
 from ddp_cpu import start
+from parallel_checks import (
+    ATOL,
+    BF16_REL,
+    BPE_DIGITS_PER_ROW,
+    BPE_LABEL_TOKENS_PER_ROW,
+    BPE_ROWS,
+    DIGITS_PER_ROW,
+    LABEL_TOKENS_PER_ROW,
+    PARTS,
+    ROWS,
+    RTOL,
+    assert_grads_close,
+    assert_ranks_log,
+    ok,
+    step_keys,
+    tied_copy,
+    train_log,
+)
 
 pytestmark = pytest.mark.e2e
 

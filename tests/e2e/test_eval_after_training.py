@@ -80,7 +80,7 @@ def test_a_set_missing_from_the_folder_is_refused_with_its_path(base, tmp_path):
 
 
 def test_a_set_that_is_not_the_authors_file_is_refused_unless_allowed(base, tmp_path):
-    directory = write_benchmark_dir(tmp_path)  # tests/evaluation/test_benchmarks.py's fixtures, not the authors' files
+    directory = write_benchmark_dir(tmp_path)  # tests/helpers/paper_sets.py's stand-ins, not the authors' files
     message = refused(base(del_eval_benchmarks=["gsm8k", "sat"], del_eval_benchmark_dir=str(directory)))
     assert f"`del_eval_benchmarks` names sat: sat: {directory}/sat/sat.json is not the authors' file" in message
     assert "set `del_eval_allow_modified: true` to score it" in message

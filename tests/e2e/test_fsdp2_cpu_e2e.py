@@ -34,13 +34,23 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from test_ddp_cpu_e2e import (
+
+from del_plugin.evaluation.gsm8k import gsm8k_rows
+from tools.assets import tiny_model_dir
+from tools.cpu import write_alpaca_jsonl
+
+from axolotl_helpers import cpu_config
+from ddp_cpu import start
+from parallel_checks import (
+    ATOL,
+    BF16_REL,
+    BPE_DIGITS_PER_ROW,
+    BPE_LABEL_TOKENS_PER_ROW,
+    BPE_ROWS,
     DIGITS_PER_ROW,
     LABEL_TOKENS_PER_ROW,
     PARTS,
@@ -49,32 +59,14 @@ from test_ddp_cpu_e2e import (
     assert_ranks_log,
     ok,
     step_keys,
+    tied_copy,
     train_log,
 )
-
-from del_plugin.evaluation.gsm8k import gsm8k_rows
-from tools.assets import tiny_model_dir
-from tools.cpu import write_alpaca_jsonl
-
-from axolotl_helpers import cpu_config
-from ddp_cpu import start
+from repo import REPO
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "codellama-7b" / "paper-full-fsdp.yml"  # a Llama, as the tiny models are
-# GSM8K train rows for Llama-3's tokenizer, their digit targets and label tokens under it (tests/e2e/test_ddp_cpu_e2e.py
-# holds the Llama-2 ones): rank 0 gets rows 0 and 2 (128 digits, 145 tokens), rank 1 rows 1 and 3 (23 and 145)
-BPE_ROWS = (332, 150, 153, 85)
-BPE_DIGITS_PER_ROW = (65, 12, 63, 11)
-BPE_LABEL_TOKENS_PER_ROW = (68, 88, 77, 57)
-# float32 sums in another order are all that may differ (as in tests/e2e/test_ddp_cpu_e2e.py); measured: at most 7.5e-8
-# absolute, on the head's gradient, whose largest entry is 0.21
-RTOL, ATOL = 1e-4, 1e-6
-# bf16 against float32: FSDP2 gathers bf16 parameters, computes in bf16 and reduce-scatters bf16 gradients (8
-# significant bits). Measured: at most 0.0083 (relative norm of a parameter's gradient error; a logged part: 0.0012);
-# DEL's own part of the gradient is about 0.45 of its norm at this alpha, so a lost DEL term would show
-BF16_REL = 0.02
 
 # name -> (tokenizer, full fine-tune: else LoRA)
 CASES = {
@@ -86,16 +78,6 @@ CASES = {
 
 def example_fsdp_config() -> dict:
     return yaml.safe_load(EXAMPLE.read_text())["fsdp_config"]
-
-
-def tied_copy(model_dir: Path, out: Path) -> Path:
-    """``model_dir`` with ``tie_word_embeddings: true``: the head is the input embedding (its own saved weight is
-    then ignored), as in Llama-3.2 1B and 3B."""
-    shutil.copytree(model_dir, out)
-    config = json.loads((out / "config.json").read_text())
-    config["tie_word_embeddings"] = True
-    (out / "config.json").write_text(json.dumps(config))
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -197,10 +197,11 @@ def test_llama3_tokenizer_liger_flce_gives_the_plain_ce_metrics(tmp_path, llama3
     and
     plain cross-entropy, same seed: every DEL metric the same in training and evaluation, as
     tests/hf/test_fused_losses.py checks for the Llama-2 tokenizer."""
-    from test_fused_losses import LIGER, assert_logs_match, run_logged
     from transformers import LlamaForCausalLM
 
+    from axolotl_helpers import LIGER, run_logged
     from fused_kernels import CALLS, liger_on_cpu, restored_forwards
+    from trainer_checks import assert_logs_match
 
     # few rows, one a micro-batch: the interpreter runs the kernel over V = 128k
     data = (llama3_model_dir, dataset_rows(tmp_path, 8))

@@ -19,7 +19,9 @@ def axolotl_data(tmp_path_factory):
 
 def test_torch_compile_logs_the_eager_metrics(tmp_path, axolotl_data):
     import torch
-    from test_fused_losses import assert_logs_match, run_logged
+
+    from axolotl_helpers import run_logged
+    from trainer_checks import assert_logs_match
 
     # two micro-batches a step and four evaluation rows: a third faster here under Inductor than run_logged's default
     same = dict(gradient_accumulation_steps=2, val_set_size=0.25)

@@ -39,15 +39,7 @@ from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, DATA_DIR, missing_
 from del_plugin.evaluation.report import load_report, macc
 from del_plugin.evaluation.score import read_predictions, score_predictions
 
-SIMULEQ = [
-    {"question": "Two numbers add up to 10 and differ by 2. What is the larger number?", "answer": "6"},
-    {"question": "A prize of 1750 dollars is shared by 3 winners. How much does each get?", "answer": "583.3333"},
-    {"question": "A recipe needs 3 cups of flour for 4 cakes. How many cups per cake?", "answer": "0.75"},
-]
-SAT = [
-    {"question": "If 2x = 10, what is x? \nAnswer Choices: (A) 2 (B) 4 (C) 5 (D) 10", "answer": "C"},
-    {"question": "What is 3 squared? \nAnswer Choices: (A) 9 (B) 6 (C) 3 (D) 1", "answer": "A"},
-]
+from paper_sets import SAT, SIMULEQ
 
 
 @pytest.fixture(scope="module")

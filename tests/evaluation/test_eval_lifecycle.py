@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import pytest
-from test_evaluation import digit_model  # noqa: F401 - the module fixture: the tiny model that writes digits
 
 from del_plugin.evaluation import cli
 from del_plugin.evaluation.errors import (
@@ -34,8 +33,7 @@ from del_plugin.evaluation.errors import (
 )
 from del_plugin.evaluation.report import STAGING_DIR, load_report
 
-ROOT = Path(__file__).resolve().parents[2]
-
+from repo import REPO
 
 # ---------------------------------------------------------------------------------------------- a child to kill
 
@@ -176,7 +174,7 @@ def _whole_records(path: Path) -> list[dict]:
 # ---------------------------------------------------------------------------------------------- killed, resumed
 
 
-def test_del_eval_run_killed_hard_at_random_points_resumes_with_every_problem_scored_once(digit_model, tmp_path):  # noqa: F811
+def test_del_eval_run_killed_hard_at_random_points_resumes_with_every_problem_scored_once(digit_model, tmp_path):
     argv = ["run", "--model", str(digit_model), "--benchmarks", "gsm8k,aqua,mmlu_math", "--limit", "3"]
     argv += ["--batch-size", "2", "--max-new-tokens", "4", "--name", "tiny"]
     reference, out = tmp_path / "reference", tmp_path / "killed"
@@ -225,7 +223,7 @@ def test_del_eval_run_killed_hard_at_random_points_resumes_with_every_problem_sc
     assert sorted(done["files"]["plots"]) == sorted(expected["files"]["plots"])
 
 
-def test_the_paper_demo_killed_while_scoring_resumes_its_evaluation(digit_model, tmp_path):  # noqa: F811
+def test_the_paper_demo_killed_while_scoring_resumes_its_evaluation(digit_model, tmp_path):
     """The demo's worker (``python -m experiments paper --worker RUN``) scoring the base model: killed after the
     first set, run again, it keeps that set, scores the second once, and marks the run done."""
     from del_plugin.evaluation.runner import read_generations
@@ -324,7 +322,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 @pytest.fixture
 def sat_dir(tmp_path):
     """A --benchmark-dir whose SAT is not the authors' file (test_benchmarks' two problems)."""
-    from test_benchmarks import SAT
+    from paper_sets import SAT
 
     (tmp_path / "bench" / "sat").mkdir(parents=True)
     (tmp_path / "bench" / "sat" / "sat.json").write_text(json.dumps(SAT))
@@ -399,7 +397,7 @@ def test_a_full_disk_half_way_keeps_the_earlier_report_and_never_cuts_a_line(tmp
 # ---------------------------------------------------------------------------------------------- clear errors
 
 
-def test_an_out_that_is_a_file_or_under_one_is_one_line_with_exit_4(digit_model, tmp_path, capsys):  # noqa: F811
+def test_an_out_that_is_a_file_or_under_one_is_one_line_with_exit_4(digit_model, tmp_path, capsys):
     file = tmp_path / "taken"
     file.write_text("not a folder\n")
     predictions = _predictions(tmp_path / "p.jsonl", {0: "The answer is 18"})
@@ -453,7 +451,7 @@ def test_a_predictions_file_that_is_not_utf8_names_the_file_and_line(tmp_path, c
     assert not out.exists()
 
 
-def test_a_model_that_is_not_on_disk_stops_before_any_report(digit_model, tmp_path, capsys):  # noqa: F811
+def test_a_model_that_is_not_on_disk_stops_before_any_report(digit_model, tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["run", "--benchmarks", "gsm8k", "--limit", "1", "--max-new-tokens", "2", "--out", str(out)]
     assert cli.main(argv + ["--model", str(tmp_path / "nonexistent")]) == EXIT_UNUSABLE_INPUT
@@ -506,7 +504,7 @@ def test_exit_statuses_are_listed_in_help_and_docs(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert EXIT_STATUS_HELP in capsys.readouterr().out
-    docs = (ROOT / "docs" / "evaluation.md").read_text()
+    docs = (REPO / "docs" / "evaluation.md").read_text()
     rows = dict(re.findall(r"\n\| (\d+) \| (.*) \|", docs))
     for status, meaning in EXIT_STATUSES:  # the same words (the docs set options in code type)
         assert rows[str(status)].replace("`", "") == meaning, status
@@ -540,7 +538,7 @@ def test_compare_with_labels_not_one_per_report_is_a_usage_error(tmp_path, capsy
 
 
 def test_settings_that_ask_for_nothing_are_usage_and_a_librarys_error_is_a_failed_run(
-    digit_model,  # noqa: F811
+    digit_model,
     tmp_path,
     capsys,
     monkeypatch,
@@ -654,7 +652,7 @@ def test_compare_ranks_only_what_the_reports_scored_alike(tmp_path, capsys, capl
     assert all(w in logged and f"**{w}**" in markdown and f"**{w}**" in printed for w in warnings)
 
 
-def test_a_run_with_fewer_sets_keeps_the_report_and_one_with_more_resumes_it(digit_model, tmp_path, capsys):  # noqa: F811
+def test_a_run_with_fewer_sets_keeps_the_report_and_one_with_more_resumes_it(digit_model, tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["run", "--model", str(digit_model), "--limit", "1", "--max-new-tokens", "2", "--out", str(out)]
     assert cli.main(argv + ["--benchmarks", "gsm8k,aqua"]) == 0
@@ -666,7 +664,7 @@ def test_a_run_with_fewer_sets_keeps_the_report_and_one_with_more_resumes_it(dig
     assert _lines(out / "generations.jsonl")[:2] == first and len(_lines(out / "generations.jsonl")) == 3
 
 
-def test_a_model_trained_again_into_the_same_folder_is_scored_again(digit_model, tmp_path, capsys):  # noqa: F811
+def test_a_model_trained_again_into_the_same_folder_is_scored_again(digit_model, tmp_path, capsys):
     """Axolotl's output_dir holds a new model after every training: the same command on it is another run (not one
     to resume, whose complete sets would be the earlier model's), refused without --overwrite and scored anew."""
     import shutil

@@ -23,6 +23,7 @@ from del_plugin.evaluation.report import load_report
 from del_plugin.evaluation.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
 
 from fake_vocab import TOKEN_ID, VOCAB, V, encode
+from repo import REPO
 
 D = Decimal
 
@@ -287,10 +288,10 @@ class NextChunkOracle(torch.nn.Module):
 
 
 def test_teacher_forced_digit_metrics_on_number_tokens():
-    from test_number_capture import TOKEN_ID as CHUNK_ID
-    from test_number_capture import VOCAB as CHUNKED
-    from test_number_capture import V as CHUNK_V
-    from test_number_capture import encode as encode_chunked
+    from chunked_vocab import TOKEN_ID as CHUNK_ID
+    from chunked_vocab import VOCAB as CHUNKED
+    from chunked_vocab import V as CHUNK_V
+    from chunked_vocab import encode as encode_chunked
 
     # the solution '12.5 or 3041' is '12' '.' '5' ' ' 'o' 'r' ' ' '304' '1': 1 + 1 + 3 + 1 number tokens, 7 digits
     prompt = encode_chunked("q 7 = ").tolist()
@@ -455,30 +456,6 @@ def test_load_report_refuses_other_json(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def digit_model(tmp_path_factory):
-    """The tiny random Llama, rewired so that it writes only the digits 1 and 2: the final norm keeps one hidden
-    unit and the LM head maps its sign to '1' or '2'. Its answers are numbers, wrong ones mostly."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from tools.assets import tiny_model_dir
-
-    source = tiny_model_dir("llama-spm")
-    model = AutoModelForCausalLM.from_pretrained(str(source))
-    tokenizer = AutoTokenizer.from_pretrained(str(source))
-    one, two = tokenizer.convert_tokens_to_ids(["1", "2"])
-    with torch.no_grad():
-        model.model.norm.weight.zero_()
-        model.model.norm.weight[0] = 1.0
-        model.lm_head.weight.zero_()
-        model.lm_head.weight[one, 0] = 10.0
-        model.lm_head.weight[two, 0] = -10.0
-    out = tmp_path_factory.mktemp("digit-model")
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
-@pytest.fixture(scope="module")
 def eval_file(tmp_path_factory, gsm8k_test):
     path = tmp_path_factory.mktemp("data") / "gsm8k_few.jsonl"
     rows = [json.dumps(r) for r in gsm8k_test[:4]]
@@ -615,7 +592,7 @@ def test_a_run_stopped_half_way_keeps_its_results(stop, digit_model, eval_file, 
 @pytest.fixture(scope="module")
 def benchmark_dir(tmp_path_factory):
     """SimulEq and SAT as a --benchmark-dir, with the small sets of test_benchmarks (not the authors' files)."""
-    from test_benchmarks import SAT, SIMULEQ
+    from paper_sets import SAT, SIMULEQ
 
     root = tmp_path_factory.mktemp("paper-benchmarks")
     for folder, rows in (("simuleq", SIMULEQ), ("sat", SAT)):
@@ -961,7 +938,7 @@ def test_auto_reads_an_axolotl_format_of_its_own_and_prompts_as_axolotl_trained(
     from del_plugin.evaluation.axolotl_config import resolve_prompt_format
     from tools.assets import load_tokenizer
 
-    shipped = yaml.safe_load((Path(__file__).parents[2] / "examples" / example).read_text(encoding="utf-8"))
+    shipped = yaml.safe_load((REPO / "examples" / example).read_text(encoding="utf-8"))
     saved = yaml.safe_dump({**shipped, "output_dir": str(tmp_path)}, sort_keys=False)
     (tmp_path / "README.md").write_text(AXOLOTL_CARD.format(first="datasets: []", second=saved))
     tokenizer = load_tokenizer(tokenizer_name)

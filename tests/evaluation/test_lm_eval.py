@@ -3,8 +3,8 @@
 One real ``lm_eval`` run (the CLI, hf backend, SmolLM2-135M-Instruct from the local assets, the chat format, two
 problems a set, 16 new tokens, batch size 1, float32) on the seven ``del_*`` tasks and on lm-eval's own ``gsm8k``
 task (its YAML, with the dataset read from the GSM8K files the package ships instead of the hub), and one
-``del-eval run`` with the same model and settings, feed the tests below. SimulEq and SAT are the small sets of
-tests/evaluation/test_benchmarks.py (``paper_sets``), since the real files are not shipped.
+``del-eval run`` with the same model and settings, feed the tests below. SimulEq and SAT are the small stand-ins of
+tests/helpers/paper_sets.py, since the real files are not shipped.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from del_plugin.evaluation.lm_eval_tasks import write_lm_eval_tasks
 from tools.assets import load_tokenizer, smollm2_dir
 
 from paper_sets import write_benchmark_dir
+from repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 LIMIT, NEW_TOKENS = 2, 16
 
 

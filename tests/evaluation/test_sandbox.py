@@ -17,7 +17,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sandbox_programs import CONTROLS, ORDINARY, SECRET_VARIABLE, STOPPED_BY, Observer, run_and_observe, secret_reader
 
 from del_plugin.evaluation import cli
 from del_plugin.evaluation.benchmarks import program as program_module
@@ -28,7 +27,9 @@ from del_plugin.evaluation.benchmarks.program.choice import sandbox_problem
 from del_plugin.evaluation.benchmarks.program.launch import launcher_settings
 from del_plugin.evaluation.benchmarks.program.mounts import hidden_mounts, python_binds
 
-PROJECT = Path(__file__).resolve().parents[2]
+from repo import REPO
+from sandbox_programs import CONTROLS, ORDINARY, SECRET_VARIABLE, STOPPED_BY, Observer, run_and_observe, secret_reader
+
 UNPRIVILEGED = 64321  # a user (and group) with no account here: nothing on the machine is theirs
 
 
@@ -60,12 +61,12 @@ def assert_stopped(result: dict) -> None:
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_hostile_programs_are_stopped_and_score_no_answer(sandbox, planted_in_home, tmp_path):
     require(sandbox)
-    assert_stopped(run_and_observe(sandbox, planted_in_home, str(PROJECT), str(tmp_path)))
+    assert_stopped(run_and_observe(sandbox, planted_in_home, str(REPO), str(tmp_path)))
 
 
 def test_without_the_sandbox_the_attacks_succeed_and_a_detached_child_costs_nothing(planted_in_home, tmp_path):
     # the control: the hostile programs are real attacks (the harmless ones, run as they are)
-    result = run_and_observe(UNSANDBOXED, planted_in_home, str(PROJECT), str(tmp_path), names=CONTROLS)
+    result = run_and_observe(UNSANDBOXED, planted_in_home, str(REPO), str(tmp_path), names=CONTROLS)
     runs = result["runs"]
     for name in CONTROLS:
         if name != "detached child keeps writing":
@@ -96,7 +97,7 @@ def test_a_program_cannot_read_the_parents_environment(tmp_path):
     sandboxes = [s for s in SANDBOXES if not sandbox_problem(s)]
     if not sandboxes:
         pytest.skip("no sandbox works here: " + "; ".join(map(sandbox_problem, SANDBOXES)))
-    command = [sys.executable, "-I", "-c", _RUN_IN_EACH, str(PROJECT), *sandboxes, UNSANDBOXED]
+    command = [sys.executable, "-I", "-c", _RUN_IN_EACH, str(REPO), *sandboxes, UNSANDBOXED]
     environment = dict(os.environ, **{SECRET_VARIABLE: secret})
     result = subprocess.run(
         command, input=secret_reader(secret), capture_output=True, text=True, env=environment, timeout=300
@@ -154,13 +155,13 @@ def run_as_unprivileged_user(sandbox: str, scratch: Path) -> dict:
     # a bwrap found on the caller's PATH (say /usr/local/bin) is the one the sandbox runs: on the user's PATH too
     bwrap = bwrap_executable()
     extra = [os.path.dirname(bwrap)] if bwrap and os.path.dirname(bwrap) not in ("/usr/bin", "/bin") else []
-    needed = sorted({real for real, _ in python_binds()} | {str(PROJECT), str(scratch), *extra})
-    driver = [sys.executable, str(PROJECT / "tests" / "helpers" / "sandbox_programs.py"), sandbox, str(planted)]
+    needed = sorted({real for real, _ in python_binds()} | {str(REPO), str(scratch), *extra})
+    driver = [sys.executable, str(REPO / "tests" / "helpers" / "sandbox_programs.py"), sandbox, str(planted)]
     user = ["setpriv", f"--reuid={UNPRIVILEGED}", f"--regid={UNPRIVILEGED}", "--clear-groups"]
     secret = f"{SECRET_VARIABLE}=hf_{uuid.uuid4().hex}"  # in the environment it starts with: in its /proc/<pid>/environ
     path = ":".join(extra + ["/usr/bin", "/bin"])
-    environment = ["env", "-i", f"PATH={path}", f"HOME={home}", f"PYTHONPATH={PROJECT}", secret]
-    command = user + environment + driver + [str(PROJECT), str(scratch)]
+    environment = ["env", "-i", f"PATH={path}", f"HOME={home}", f"PYTHONPATH={REPO}", secret]
+    command = user + environment + driver + [str(REPO), str(scratch)]
     staging = tempfile.mkdtemp(prefix="del-eval-sandbox-staging-")
     try:
         script = " && ".join(reachable_by_everyone(needed, staging) + [" ".join(command)])
@@ -205,18 +206,18 @@ def test_del_eval_score_runs_hostile_outputs_in_the_sandbox_and_goes_on(planted_
         pytest.skip(str(err))
     out = tmp_path / "report"
     with Observer(tmp_path / "scratch") as observer:
-        programs = observer.programs(planted_in_home, str(PROJECT))
+        programs = observer.programs(planted_in_home, str(REPO))
         del programs["loop forever"]  # 5 s at del-eval's limit; stopped by the wall clock in the tests above
         honest = "dvds = 76 - 25\nprint(dvds)"  # SVAMP 0: 51
         outputs = [honest, *programs.values()]
         predictions = tmp_path / "predictions.jsonl"
         predictions.write_text("".join(json.dumps({"id": i, "output": o}) + "\n" for i, o in enumerate(outputs)))
         environment = dict(os.environ, TMPDIR=str(observer.programs_folder), **{SECRET_VARIABLE: observer.secret})
-        environment["PYTHONPATH"] = str(PROJECT)
+        environment["PYTHONPATH"] = str(REPO)
         command = [sys.executable, "-m", "del_plugin.evaluation.cli", "score", "--benchmark", "svamp"]
         command += ["--predictions", str(predictions), "--out", str(out), "--program-of-thought"]
         finished = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=600)
-        observed = observer.observed(str(PROJECT))
+        observed = observer.observed(str(REPO))
     assert finished.returncode == 0, finished.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["status"] == "complete" and report["settings"]["program_sandbox"] == sandbox
@@ -251,7 +252,7 @@ def test_without_a_sandbox_program_of_thought_stops_before_any_program_unless_un
         refusing[:-1] + [refusing[-1] + refused],
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=str(PROJECT)),
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
         timeout=600,
     )
     assert result.returncode == 2, result.stdout + result.stderr
@@ -296,7 +297,7 @@ def test_a_python_installation_under_tmp_runs_programs_in_a_folder_of_their_own(
         "print(json.dumps([sys.prefix, os.getcwd(), sorted(os.listdir('.')), blocked]))"
     )
     result = subprocess.run(
-        [str(python), "-I", "-c", _RUN_WITH_ITS_PYTHON, str(PROJECT)],
+        [str(python), "-I", "-c", _RUN_WITH_ITS_PYTHON, str(REPO)],
         input=code,
         capture_output=True,
         text=True,
@@ -354,7 +355,7 @@ def test_the_folders_of_a_killed_run_are_removed_by_the_next_run_and_a_running_o
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     environment = dict(os.environ, TMPDIR=str(tmp))
-    command = [sys.executable, "-I", "-c", _RUN_ONE, str(PROJECT)]
+    command = [sys.executable, "-I", "-c", _RUN_ONE, str(REPO)]
     killed, running = (subprocess.Popen(command, env=environment) for _ in range(2))
     try:
         deadline = time.monotonic() + 120

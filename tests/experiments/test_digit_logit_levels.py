@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,8 +12,9 @@ import torch
 from del_plugin.core.places import shift_to_next_token
 
 from fake_vocab import DIGITS, SPACE_MARKED, TOKEN_ID, VOCAB, V, encode
+from repo import REPO
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "digit_logit_levels.py"
+SCRIPT = REPO / "experiments" / "digit_logit_levels.py"
 
 
 def _script():

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -31,7 +30,7 @@ from experiments.paper_runs import eval_sets
 from experiments.paper_worker import axolotl_config
 from experiments.runs import run_state, write_record
 
-ROOT = Path(__file__).resolve().parents[2]
+from repo import REPO
 
 
 def test_gsm8k_solutions_in_mathinstruct_form():
@@ -237,7 +236,7 @@ def test_axolotl_configs_of_the_regimes(tmp_path):
     # the QLoRA example the regime follows sets the same schedule
     import yaml
 
-    example = yaml.safe_load((ROOT / "examples" / "qwen2.5-7b" / "qlora-24gb.yml").read_text())
+    example = yaml.safe_load((REPO / "examples" / "qwen2.5-7b" / "qlora-24gb.yml").read_text())
     for key in ("learning_rate", "lr_scheduler", "warmup_ratio", "weight_decay", "num_epochs", "lora_r", "lora_alpha"):
         assert qlora[key if key != "num_epochs" else "num_epochs"] == example[key], key
 
@@ -362,7 +361,7 @@ def test_the_gpu_profile_smoke_path_end_to_end_and_resumed(tmp_path):
     out = tmp_path / "paper"
     command = [sys.executable, "-m", "experiments", "paper", "--profile", "gpu", "--smoke"]
     command += ["--model", str(model), "--out", str(out), "--threads", "1"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "5 runs planned (gpu-smoke profile), 5 to do" in done.stdout
@@ -421,7 +420,7 @@ def test_the_cpu_estimate_is_near_the_cpu_profiles_measured_time():
     """CPU_RATES are medians of the cpu profile's runs; the profile as a whole took 1 h 08 min of training and 54 min
     of scoring (docs/efficacy.md): the estimate lands within 15 % of that."""
     measured = (68 + 54) * 60
-    assert "1 h 08 min of training and 54 min of\nscoring" in (ROOT / "docs" / "efficacy.md").read_text()
+    assert "1 h 08 min of training and 54 min of\nscoring" in (REPO / "docs" / "efficacy.md").read_text()
     total = estimate(PROFILES["cpu"], CPU_RATES, tokens_per_row=CPU_TOKENS_PER_ROW)["total_s"]
     assert abs(total - measured) / measured < 0.15, total
     # tokens per row, recounted from the runs: 19,060 training tokens of 64 rows x 2 epochs

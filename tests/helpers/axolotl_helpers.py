@@ -104,3 +104,18 @@ class StepLabels:
                     if tok and all(ch in ASCII_DIGITS for ch in tok):
                         longest = max(longest, len(tok))
         return longest
+
+
+LIGER = "axolotl.integrations.liger.LigerPlugin"
+
+
+def run_logged(tmp_path, data, **overrides):
+    """Axolotl's run of ``data`` (model folder, dataset) for 2 steps: its training and evaluation logs."""
+    from trainer_checks import eval_logs, train_logs
+
+    model_dir, dataset = data
+    # 2 steps of 2 rows and 2 evaluation rows: the interpreter runs Liger's kernels one token at a time
+    keys = dict(val_set_size=0.125, eval_steps=2, max_steps=2, gradient_accumulation_steps=1) | overrides
+    cfg = cpu_config(tmp_path, model_dir, dataset, **keys)
+    trainer = run_axolotl(cfg)
+    return train_logs(trainer), eval_logs(trainer)

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from del_plugin.core import (
     DigitLogitsCapture,
@@ -94,3 +95,21 @@ def assert_same_step(reference: Step, ours: Step, *, rtol: float = 1e-4, atol: f
     assert ours.grads.keys() == reference.grads.keys() and ours.grads
     for name in ours.grads:
         torch.testing.assert_close(ours.grads[name], reference.grads[name], rtol=rtol, atol=atol, msg=name)
+
+
+class AllocationsOfShape(TorchDispatchMode):
+    """Records the shapes of the new tensors ops allocate (views and in-place ops, whose output shares an input's
+    storage, allocate nothing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = torch.utils._pytree.tree_leaves((args, kwargs))
+        storages = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in storages:
+                self.shapes.append(tuple(t.shape))
+        return out

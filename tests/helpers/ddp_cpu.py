@@ -94,7 +94,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from repo import REPO
 
 
 # ---------------------------------------------------------------------------------------------- parent side

@@ -1,7 +1,9 @@
-"""The reference implementation of ``number_places``, kept as the oracle of the property tests.
+"""Two oracles of ``number_places`` for the property tests: :func:`oracle_places` reads a string of the fake
+vocabulary's characters (tests/helpers/fake_vocab.py) one by one, as a person reads numbers; and
+:func:`oracle_number_places`, the previous implementation, kept as the reference.
 
-This is ``del_plugin.core.places.number_places`` as it was before the collator's NumPy path: the
-vectorised torch version (cumulative sums and scatters), whose rules are documented and hand-tested in
+:func:`oracle_number_places` is ``del_plugin.core.places.number_places`` as it was before the collator's NumPy
+path: the vectorised torch version (cumulative sums and scatters), whose rules are documented and hand-tested in
 ``tests/core/test_places.py``. It is kept verbatim, together with the digit-code lookup it relied on
 (``DigitVocab.classify`` / ``decimal_points`` of that version, rebuilt here from the vocabulary's public fields), so
 that later changes to the production code or to ``DigitVocab``'s lookups cannot change the oracle with them.
@@ -14,6 +16,8 @@ import torch
 
 from del_plugin.core import DigitVocab
 from del_plugin.core.places import NOT_A_DIGIT
+
+from fake_vocab import DIGITS, SPACE_MARKED
 
 _BARE_POINT = -2
 _LEADING_POINT = -3
@@ -133,3 +137,43 @@ def oracle_next_token_places(
     if shift_labels is not None:
         aligned = torch.where(shift_labels == -100, NOT_A_DIGIT, aligned)
     return aligned
+
+
+def oracle_places(text: str, starts: set[int]) -> list:
+    """Character by character, the way a person reads numbers; ``starts`` are packed-sequence starts."""
+    out: list = [None] * len(text)
+    numbers: list[list[int]] = []
+    current: list[int] | None = None
+    has_point = False
+
+    def is_digit(i: int) -> bool:
+        return i < len(text) and text[i] in DIGITS + SPACE_MARKED
+
+    for i, ch in enumerate(text):
+        fresh = i == 0 or i in starts
+        if ch in DIGITS + SPACE_MARKED:
+            if current is None or fresh or ch in SPACE_MARKED:
+                current = [i]
+                numbers.append(current)
+                has_point = False
+            else:
+                current.append(i)
+        elif ch in ".@" and is_digit(i + 1) and text[i + 1] in DIGITS and (i + 1) not in starts:
+            if current is None or fresh or has_point or ch == "@":
+                current = [i]
+                numbers.append(current)
+            else:
+                current.append(i)
+            has_point = True
+        else:
+            current = None
+    for number in numbers:
+        chars = [text[i] for i in number]
+        points = [k for k, ch in enumerate(chars) if ch in ".@"]
+        point = points[0] if points else len(chars)
+        for k, i in enumerate(number):
+            if k < point:
+                out[i] = sum(1 for j in range(k + 1, point))  # digits to its right in the integer part
+            elif k > point:
+                out[i] = -(k - point)
+    return out

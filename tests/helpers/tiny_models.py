@@ -32,3 +32,9 @@ def tiny_causal_lm(model_type: str, vocab_size: int, *, dtype=torch.float32, see
     config = tiny_config(model_type, vocab_size, **overrides)
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
+
+
+def lora(model, **config):
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, **config))

@@ -6,10 +6,11 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-from pathlib import Path
 
 import pytest
 from transformers import TrainerCallback
+
+from repo import REPO
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # TRL's telemetry honours it
 
@@ -19,7 +20,7 @@ LOGGED_KEYS = PARTS + ("digit_targets",)
 
 
 def load_example(name: str):
-    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
+    path = REPO / "examples" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -64,3 +65,14 @@ class GradientCapture(TrainerCallback):
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         if self.grads is None:
             self.grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_logs_match(runs: dict, reference: str = "plain"):
+    ref_train, ref_eval = runs[reference]
+    for name, (train, evals) in runs.items():
+        assert len(train) == len(ref_train) == 2 and len(evals) == len(ref_eval) >= 1, name
+        for prefix, got, want in [("", train[0], ref_train[0]), ("eval_", evals[-1], ref_eval[-1])]:
+            for key in ("loss",) + LOGGED_KEYS:
+                assert got[prefix + key] == pytest.approx(want[prefix + key], rel=1e-4, abs=1e-6), (name, key)
+            assert got[prefix + "ce_loss"] + got[prefix + "del_loss"] == pytest.approx(got[prefix + "loss"], rel=1e-5)
+            assert got[prefix + "digit_targets"] > 0 and got[prefix + "del_loss"] > 0

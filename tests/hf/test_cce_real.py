@@ -20,15 +20,15 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from test_fused_losses import (
+
+from fused_kernels import CALLS, cce_style_forward, interpreter_shims, restored_forwards
+from fused_steps import (
     LIGER_ARCHITECTURES,
     assert_close_bf16,
     assert_digits_read_in_eval_without_logits,
     ce_plus_del,
     tiny_lora_model,
 )
-
-from fused_kernels import CALLS, cce_style_forward, interpreter_shims, restored_forwards
 
 pytest.importorskip("cut_cross_entropy")
 pytestmark = pytest.mark.interpreter

@@ -13,79 +13,27 @@ from __future__ import annotations
 import pytest
 import torch
 
-from del_plugin.core import DigitLogitsCapture, shift_to_next_token
 from del_plugin.core.capture import DigitCaptureError
 
-from capture_checks import Step, assert_same_step, ce_plus_del_step
-from fake_vocab import VOCAB, V, encode
+from axolotl_helpers import LIGER, run_logged
+from capture_checks import assert_same_step, ce_plus_del_step
+from fake_vocab import VOCAB
 from fused_kernels import CALLS, apply_liger, cce_style_forward, liger_on_cpu, restored_forwards
+from fused_steps import (
+    LIGER_ARCHITECTURES,
+    assert_close_bf16,
+    assert_digits_read_in_eval_without_logits,
+    assert_same,
+    batch,
+    ce_plus_del,
+    tiny_lora_model,
+)
 from number_oracle import oracle_number_errors
-from tiny_models import tiny_causal_lm
-from trainer_checks import LOGGED_KEYS
+from trainer_checks import assert_logs_match
 
-# The architectures Liger patches (``apply_liger_kernel_to_<type>``) among those DEL accepts, tested here with its
-# real kernels. To add one: its model type, if transformers' config class takes the keywords of tiny_lora_model, and
-# ``restored_forwards`` (tests/helpers/fused_kernels.py) undoes its patches (add its causal-LM class there).
-# tests/core/test_architectures.py runs the fused linear cross-entropy alone on every Liger-patched architecture.
-LIGER_ARCHITECTURES = ["llama", "mistral", "qwen2"]
 # Liger 0.8.4's apply_liger_kernel_to_mistral(cross_entropy=True) sets modeling_mistral.CrossEntropyLoss, which
 # transformers 5's Mistral never calls: `liger_cross_entropy: true` leaves Mistral on torch's cross-entropy
 LIGER_CE_NOT_APPLIED = ("mistral",)
-H = 24
-TEXT = "it costs 12.75 and 3,040 more: 1.5"
-
-
-def tiny_lora_model(model_type: str, *, head_lora: bool = False, dtype=torch.float32):
-    from peft import LoraConfig, get_peft_model
-
-    model = tiny_causal_lm(model_type, V, dtype=dtype, seed=11, hidden_size=H, max_position_embeddings=64)
-    targets = ["q_proj", "v_proj", "down_proj"] + (["lm_head"] if head_lora else [])
-    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets))
-    for name, p in model.named_parameters():
-        if "lora_B" in name:
-            torch.nn.init.normal_(p, std=0.2)
-    return model
-
-
-def batch() -> dict:
-    labels = torch.stack([encode(TEXT), encode(TEXT[::-1])])
-    labels[0, :5] = -100
-    ids = torch.where(labels == -100, 3, labels)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
-
-
-def ce_plus_del(model, *, from_logits: bool, train: bool = True) -> Step:
-    return ce_plus_del_step(model, batch(), VOCAB, from_logits=from_logits, train=train)
-
-
-def assert_same(reference: Step, fused: Step):
-    assert reference.returned_logits and not fused.returned_logits  # the fused path really ran without logits
-    assert any("lora_A" in n for n in fused.grads)
-    assert_same_step(reference, fused)
-
-
-def assert_digits_read_in_eval_without_logits(model) -> None:
-    """An eval forward with labels that returns no logits (Cut Cross Entropy's): the digit logits are still read."""
-    model.eval()
-    capture = DigitLogitsCapture(model, VOCAB)
-    inputs = batch()
-    with torch.no_grad(), capture:
-        out = model(**inputs)
-    assert out.logits is None
-    digits = capture.digit_targets(shift_to_next_token(inputs["labels"], -100))
-    assert digits.mask.sum() > 0 and torch.isfinite(digits.logits).all()
-    capture.remove()
-
-
-def assert_close_bf16(reference, fused, *, has_logits: bool, rel: float = 0.03):
-    """bf16: the same loss within bf16 round-off of the logits; each gradient within ``rel`` of its norm (the
-    kernels store the logits' gradient in bf16, the plain path rounds it from float32)."""
-    assert fused.returned_logits == has_logits
-    assert fused.loss.item() == pytest.approx(reference.loss.item(), rel=2e-3)
-    assert fused.grads.keys() == reference.grads.keys() and any("lora_A" in n for n in fused.grads)
-    for name in fused.grads:
-        ref, got = reference.grads[name].float(), fused.grads[name].float()
-        assert (got - ref).norm() <= rel * ref.norm() + 1e-6, name
 
 
 @pytest.mark.interpreter
@@ -207,35 +155,11 @@ def axolotl_data(tmp_path_factory):
     return tiny_model_dir("llama-spm"), write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "d.jsonl", rows)
 
 
-LIGER = "axolotl.integrations.liger.LigerPlugin"
 # the typical all-kernels Liger config (tests/hf/test_liger_real.py says what the interpreter needs for it)
 LIGER_ALL_KERNELS = dict(
     liger_rope=True, liger_rms_norm=True, liger_glu_activation=True, liger_fused_linear_cross_entropy=True
 )
 KERNEL = ("liger_cross_entropy_kernel",)
-
-
-def run_logged(tmp_path, data, **overrides):
-    from axolotl_helpers import cpu_config, run_axolotl
-    from trainer_checks import eval_logs, train_logs
-
-    model_dir, dataset = data
-    # 2 steps of 2 rows and 2 evaluation rows: the interpreter runs Liger's kernels one token at a time
-    keys = dict(val_set_size=0.125, eval_steps=2, max_steps=2, gradient_accumulation_steps=1) | overrides
-    cfg = cpu_config(tmp_path, model_dir, dataset, **keys)
-    trainer = run_axolotl(cfg)
-    return train_logs(trainer), eval_logs(trainer)
-
-
-def assert_logs_match(runs: dict, reference: str = "plain"):
-    ref_train, ref_eval = runs[reference]
-    for name, (train, evals) in runs.items():
-        assert len(train) == len(ref_train) == 2 and len(evals) == len(ref_eval) >= 1, name
-        for prefix, got, want in [("", train[0], ref_train[0]), ("eval_", evals[-1], ref_eval[-1])]:
-            for key in ("loss",) + LOGGED_KEYS:
-                assert got[prefix + key] == pytest.approx(want[prefix + key], rel=1e-4, abs=1e-6), (name, key)
-            assert got[prefix + "ce_loss"] + got[prefix + "del_loss"] == pytest.approx(got[prefix + "loss"], rel=1e-5)
-            assert got[prefix + "digit_targets"] > 0 and got[prefix + "del_loss"] > 0
 
 
 @pytest.mark.e2e

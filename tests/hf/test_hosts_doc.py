@@ -7,7 +7,6 @@ import contextlib
 import io
 import math
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +17,9 @@ from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.hf.collator import TARGET_PLACES_KEY
 from tools.assets import tiny_model_dir
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "hosts.md"
+from repo import REPO
+
+DOC = REPO / "docs" / "hosts.md"
 MARKER = "<!-- run by tests/hf/test_hosts_doc.py"
 
 
@@ -95,7 +96,7 @@ def test_gradient_and_parts_do_not_depend_on_micro_batching(loop):
 
 
 def pins(lock: str) -> dict[str, str]:
-    lines = (DOC.parents[1] / lock).read_text(encoding="utf-8").splitlines()
+    lines = (REPO / lock).read_text(encoding="utf-8").splitlines()
     return dict(line.split("==") for line in (ln.split("#")[0].strip() for ln in lines) if "==" in line)
 
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_fused_losses import LIGER_ARCHITECTURES, apply_liger, assert_same, batch, ce_plus_del, tiny_lora_model
 
 from del_plugin.core import DigitLogitsCapture
 
 from fake_vocab import VOCAB
-from fused_kernels import CALLS, liger_on_cpu, restored_forwards
+from fused_kernels import CALLS, apply_liger, liger_on_cpu, restored_forwards
+from fused_steps import LIGER_ARCHITECTURES, assert_same, batch, ce_plus_del, tiny_lora_model
 
 pytestmark = pytest.mark.interpreter
 ALL_KERNELS = dict(fused_linear_cross_entropy=True, rope=True, rms_norm=True, swiglu=True)

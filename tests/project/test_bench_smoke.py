@@ -10,12 +10,13 @@ comparing their speed means nothing).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from repo import REPO
+
+BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
 
 import benchlib  # noqa: E402

@@ -15,7 +15,8 @@ from packaging.requirements import Requirement
 
 from del_plugin.hf.settings import DEFAULT_ALPHA
 
-REPO = Path(__file__).resolve().parents[2]
+from repo import REPO
+
 USER_DOCS = sorted(
     [REPO / "README.md", REPO / "CONTRIBUTING.md", *REPO.glob("docs/**/*.md")]
     + [p for p in REPO.glob("examples/**/*") if p.suffix in (".yml", ".yaml", ".py")]

@@ -1,8 +1,8 @@
 """Fuzzing what takes outside input.
 
-* The number-place rules (``number_places``, ``next_token_places``) against the slow per-token oracle of
-  tests/core/test_places.py (``oracle_places``, written from number_places' docstring), over random batches of token
-  streams with every kind of token a vocabulary knows: bare digits, space-marked digits of two families, '.',
+* The number-place rules (``number_places``, ``next_token_places``) against the slow per-token oracle
+  ``oracle_places`` (tests/helpers/places_oracle.py, written from number_places' docstring), over random batches of
+  token streams with every kind of token a vocabulary knows: bare digits, space-marked digits of two families, '.',
   leading-point tokens ('*.'), other tokens, -100, ids outside the vocabulary, and packing boundaries in
   ``position_ids``. The vocabulary itself is random too: its digit, point and other ids are a random permutation.
   Only the public functions are called, so any implementation of them is held to the same rules.
@@ -39,7 +39,7 @@ from del_plugin.core.criteria import DIGIT_CRITERIA, dist2_place_weights
 from del_plugin.core.places import NOT_A_DIGIT, place_weights
 
 from fake_vocab import DIGITS, SPACE_MARKED, VOCAB, V, encode
-from test_places import oracle_places
+from places_oracle import oracle_places
 
 FUZZ = settings(max_examples=150, deadline=None)
 

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from repo import REPO
+
 pytestmark = pytest.mark.e2e  # builds a wheel and starts Python with Axolotl twice (under a minute)
 
-REPO = Path(__file__).resolve().parents[2]
 PLUGIN = "del_plugin.DELPlugin"
 OURS = re.compile(r"^(del_plugin|del-plugin|__editable__[._]+del_plugin)", re.I)
 

@@ -4,12 +4,13 @@ reading the digits give the same loss and the same gradients."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+from repo import REPO
+
+README = REPO / "README.md"
 
 
 def standalone_example() -> str:
@@ -78,13 +79,14 @@ def test_readme_standalone_example_runs_on_a_bf16_model():
 
 def test_readme_standalone_example_gives_the_definitions_value_on_llama3():
     """The same block, unchanged, on Llama-3's tokenizer (numbers cut into 1-3-digit tokens): its digit term is
-    the definition's, computed slot by slot by the oracle of tests/core/test_multi_digit.py (explicit logsumexps over
-    the number tokens' strings, places read per character)."""
-    from test_multi_digit import oracle_terms
+    the definition's, computed slot by slot by the oracle of tests/helpers/number_token_oracle.py (explicit
+    logsumexps over the number tokens' strings, places read per character)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from del_plugin.core.places import PlaceWeighting
     from tools.assets import tiny_model_dir
+
+    from number_token_oracle import oracle_terms
 
     model_dir = tiny_model_dir("llama-bpe")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -18,7 +18,8 @@ import pytest
 
 from del_plugin.evaluation.gsm8k import GSM8K_DIR, gsm8k_rows
 
-REPO = Path(__file__).resolve().parents[2]
+from repo import REPO
+
 SCANNED_SUFFIXES = {".py", ".cfg", ".toml", ".yml", ".yaml", ".sh", ".txt", ".lock", ""}
 
 _PARENTS = re.compile(r"Path\(__file__\)(?:\.resolve\(\)|\.absolute\(\))?\.parents\[(\d+)\]")

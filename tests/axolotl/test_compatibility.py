@@ -24,9 +24,11 @@ from del_plugin.core.compatibility import (
     zero_stage,
 )
 
+from repo import REPO
+
 pytestmark = pytest.mark.axolotl
 
-PACKAGE = Path(__file__).resolve().parents[2] / "del_plugin"
+PACKAGE = REPO / "del_plugin"
 PLUGIN = "del_plugin.DELPlugin"
 CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 

@@ -9,11 +9,11 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from repo import REPO
+
 # the evaluation's heavy parts: the runner, greedy generation, the program sandbox (its package holds the
 # launcher), lm-eval and math-verify
 HEAVY = (

@@ -10,12 +10,13 @@ on known cases in tests/project/test_bench_smoke.py.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from repo import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
 
 from del_plugin.core import DigitVocab, next_token_places, shift_to_next_token  # noqa: E402
 from del_plugin.core.digits import number_target_positions  # noqa: E402

@@ -5,9 +5,10 @@ module takes from another one is defined there, and no function is over 60 lines
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-FOLDER = Path(__file__).resolve().parents[2] / "experiments"
+from repo import REPO
+
+FOLDER = REPO / "experiments"
 # a parser and a ``main`` run by ``python -m``: what they share lives in the other modules
 COMMANDS = {"pipeline", "sweep", "paper", "digit_logit_levels"}
 

@@ -10,6 +10,7 @@ comparing their speed means nothing).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch

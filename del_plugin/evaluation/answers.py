@@ -1,7 +1,8 @@
 """Numbers in text, and the ``--data`` sets' answer rule (the demo's too).
 
 **Reading** (:func:`extract_answer`) is the paper's GSM8K reader (:func:`~.benchmarks.readers.read_number` with
-"The answer is" and "####"; :mod:`.benchmarks.readers` is the one home of reading an answer): the text after the
+"The answer is" and "####": the markers and :func:`after_last_marker` are here, the readers of every set in
+:mod:`.benchmarks.readers` build on them): the text after the
 **last** "The answer is" (any case) or "####"; thousands commas removed; the first number there; without a marker,
 the last number in the text; a marker with no number after it is no answer.
 
@@ -30,9 +31,12 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, DivisionByZero, InvalidOperation, Overflow, localcontext
 
 __all__ = [
+    "ANSWER_MARKER",
+    "GSM8K_MARKERS",
     "ExtractedNumber",
     "MAX_ANSWER_CHARS",
     "RELATIVE_TOLERANCE",
+    "after_last_marker",
     "extract_answer",
     "find_number",
     "find_numbers",
@@ -64,6 +68,11 @@ class ExtractedNumber:
     value: Decimal
     text: str
     source: str
+
+
+# the markers a final answer follows: the paper's (its prompts end "The answer is"), and GSM8K's own "####"
+ANSWER_MARKER = r"the answer is:?"
+GSM8K_MARKERS = (ANSWER_MARKER, "####")
 
 
 def _normalise(text: str) -> str:
@@ -108,6 +117,17 @@ def last_match(pattern: re.Pattern, text: str, outside: re.Pattern) -> re.Match 
     return None
 
 
+def after_last_marker(output: str, markers: tuple[str, ...] = (ANSWER_MARKER,)) -> tuple[str, bool]:
+    """``(the text after the last marker, True)``, or ``(output, False)`` when no marker occurs. ``markers`` are
+    regular expressions, matched case-insensitively."""
+    last = None
+    for match in re.finditer("|".join(f"(?:{m})" for m in markers), output, re.IGNORECASE):
+        last = match
+    if last is None:
+        return output, False
+    return output[last.end() :], True
+
+
 def find_number(text: str, last: bool = False) -> tuple[Decimal, str] | None:
     """The first (``last``: the last) number of ``text`` as :func:`find_numbers` reads them, ``(value, matched
     text)``; None when there is none, or when it is longer than :data:`MAX_ANSWER_CHARS`. Only that one number is
@@ -122,9 +142,6 @@ def find_number(text: str, last: bool = False) -> tuple[Decimal, str] | None:
 def extract_answer(text: str) -> ExtractedNumber | None:
     """The model's final answer in ``text``, or None (see the module docs: the paper's GSM8K reader, which also
     gives the ``text`` the number was read from and whether it followed a marker)."""
-    # imported here: the readers read their numbers with find_numbers
-    from .benchmarks.readers import GSM8K_MARKERS, after_last_marker
-
     if not isinstance(text, str):
         raise TypeError(f"extract_answer needs a str, got {type(text).__name__}")
     tail, marked = after_last_marker(text, GSM8K_MARKERS)

@@ -34,7 +34,7 @@ from collections import deque
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from ..answers import MAX_ANSWER_CHARS, find_number, last_match
+from ..answers import ANSWER_MARKER, GSM8K_MARKERS, MAX_ANSWER_CHARS, after_last_marker, find_number, last_match
 from .latex import last_boxed, normalize_math_answer, same_math_answer
 
 __all__ = [
@@ -53,8 +53,6 @@ __all__ = [
     "score_number",
 ]
 
-ANSWER_MARKER = r"the answer is:?"
-GSM8K_MARKERS = (ANSWER_MARKER, "####")
 DEFAULT_CHOICE = "A"
 
 _LAST_EQUALS_NUMBER_WITH_UNIT = re.compile(r"[\d.]+\s\D+")
@@ -79,17 +77,6 @@ class Verdict:
     @property
     def answered(self) -> bool:
         return self.prediction is not None
-
-
-def after_last_marker(output: str, markers: tuple[str, ...] = (ANSWER_MARKER,)) -> tuple[str, bool]:
-    """``(the text after the last marker, True)``, or ``(output, False)`` when no marker occurs. ``markers`` are
-    regular expressions, matched case-insensitively."""
-    last = None
-    for match in re.finditer("|".join(f"(?:{m})" for m in markers), output, re.IGNORECASE):
-        last = match
-    if last is None:
-        return output, False
-    return output[last.end() :], True
 
 
 def canonical_number(value: Decimal) -> str:

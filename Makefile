@@ -45,11 +45,13 @@ test: setup lint
 # and everything else). tests/conftest.py refuses to run the lane on other versions and makes Axolotl unimportable;
 # the tests that need it carry the `axolotl` marker.
 LATEST := .venv-latest
-HOSTS_LATEST_TESTS := tests/core/test_loss.py tests/core/test_places.py tests/core/test_criteria.py tests/core/test_multi_digit.py \
-	tests/experiments/test_digit_logit_levels.py tests/core/test_hidden.py tests/core/test_number_capture.py tests/core/test_head_rows.py \
-	tests/core/test_architectures.py tests/core/test_real_tokenizers.py tests/hf/test_liger_real.py \
-	tests/hf/test_normalisation.py tests/hf/test_plain_hf_trainer.py tests/hf/test_trl_sft.py tests/hf/test_trl_sft_smollm2.py \
-	tests/hf/test_hosts_doc.py tests/evaluation/test_benchmarks.py tests/evaluation/test_evaluation.py
+HOSTS_LATEST_TESTS := tests/core/test_loss.py tests/core/test_places.py tests/core/test_criteria.py \
+	tests/core/test_multi_digit.py tests/core/test_hidden.py tests/core/test_number_capture.py \
+	tests/core/test_head_rows.py tests/core/test_row_gradient.py tests/core/test_capture_parts.py \
+	tests/core/test_architectures.py tests/core/test_real_tokenizers.py tests/experiments/test_digit_logit_levels.py \
+	tests/hf/test_liger_real.py tests/hf/test_normalisation.py tests/hf/test_plain_hf_trainer.py \
+	tests/hf/test_trl_sft.py tests/hf/test_trl_sft_smollm2.py tests/hf/test_hosts_doc.py \
+	tests/evaluation/test_benchmarks.py tests/evaluation/test_evaluation.py
 $(LATEST)/.installed: requirements-latest.lock $(VENV)/.installed
 	rm -rf $(LATEST)
 	$(PY) -m pip install --quiet --no-deps --target $(LATEST) -r requirements-latest.lock

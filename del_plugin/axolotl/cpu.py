@@ -2,7 +2,8 @@
 docs/cpu.md and ``examples/smollm2-135m-cpu.yml`` give users), and what ``del-check`` refuses for such a
 machine, each with the key and the fix.
 
-Imports no Axolotl at module level: the tooling and the tests read :data:`CPU_RECIPE` without it.
+Imports no Axolotl at module level: the tests, benchmarks and experiments (through tools/cpu.py) read
+:data:`CPU_RECIPE` without it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_number_capture import VOCAB, tiny_causal_lm
 
 from del_plugin.core import capture_errors
 from del_plugin.core.capture_errors import DigitCaptureError, refuse_fused_kernel
@@ -16,6 +15,8 @@ from del_plugin.core.head_lookup import find_head, unwrap
 from del_plugin.core.lora_head import LoraCalls
 from del_plugin.core.readers import CapturedForward
 from del_plugin.core.sharding import Fsdp2Head, HeadSharding, HeadShardings, PlainHead, Zero3Head
+
+from chunked_vocab import VOCAB, tiny_causal_lm
 
 
 class RecordingReader:

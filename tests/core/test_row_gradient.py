@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_number_capture import _AllocationsOfShape
 from torch.autograd import Variable
 
 from del_plugin.core import row_gradient
 from del_plugin.core.row_gradient import ENGINE_API, dense_row_gradient, queue_at_end_of_backward, row_gradient_sink
+
+from capture_checks import AllocationsOfShape
 
 V, H = 40, 6
 IDS = torch.tensor([3, 17, 4, 39])
@@ -61,11 +62,11 @@ def test_rows_join_the_summed_gradient_before_it_is_accumulated():
     weight = _weight()
     at_accumulation = []
     weight.register_post_accumulate_grad_hook(lambda w: at_accumulation.append(w.grad.clone()))
-    with _AllocationsOfShape() as alone:
+    with AllocationsOfShape() as alone:
         (weight * other).sum().backward()
     weight.grad = None
     at_accumulation.clear()
-    with _AllocationsOfShape() as seen:
+    with AllocationsOfShape() as seen:
         ((rows(weight) * upstream).sum() + (weight * other).sum()).backward()
     expected = _oracle(other, upstream)
     torch.testing.assert_close(weight.grad, expected)

@@ -3,11 +3,13 @@
 * what ships is the product: the wheel ``pip wheel .`` builds holds ``del_plugin`` modules only (no experiment
   runner, no test-asset downloader, no test or benchmark module) and none of them imports what is not shipped;
 * small parts: no module of ``del_plugin`` over :data:`MAX_MODULE_LINES` lines, no function (in ``del_plugin``,
-  ``experiments`` and ``tools``) over :data:`MAX_FUNCTION_LINES`;
+  ``experiments``, ``tools`` and ``bench``) over :data:`MAX_FUNCTION_LINES`;
 * floors: no import circle among ``del_plugin``'s modules, and no module importing one that stands above it
   (:data:`FLOORS`); imports are read statically, function-level ones included, so a lazy import counts;
 * validating a config loads only what it checks: ``import del_plugin.axolotl.args`` loads no module of the
-  evaluation runner, generation or program sandbox.
+  evaluation runner, generation or program sandbox;
+* the tests' helpers live in one place: no test file imports another test file (what they share is in
+  ``tests/helpers/`` or ``tests/conftest.py``).
 
 Each rule's reader is tested on a small made-up case first, so that a rule cannot pass by reading nothing.
 """
@@ -31,7 +33,7 @@ PACKAGE = "del_plugin"
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 # where a function may not grow past MAX_FUNCTION_LINES: the product and the code beside it that runs from a clone
-FUNCTION_RULE_FOLDERS = ("del_plugin", "experiments", "tools")
+FUNCTION_RULE_FOLDERS = ("del_plugin", "experiments", "tools", "bench")
 # A room's floor: a module may import from its own room and from rooms on lower floors only, never sideways (hf and
 # evaluation stand on the same floor and do not import each other) nor up. The ground is del_plugin's top-level
 # modules (host_notices, examples). del_plugin/__init__.py is the package's front door: it stands on no floor, and
@@ -381,3 +383,15 @@ def test_validating_a_config_loads_no_runner_generation_or_sandbox():
     assert Path(package_file).is_relative_to(REPO) and "del_plugin.axolotl.args" in loaded  # this tree's validator
     heavy = [m for m in loaded if m in NOT_FOR_VALIDATION or m.startswith(NOT_FOR_VALIDATION_PREFIXES)]
     assert not heavy, "loaded by the validator:\n" + "\n".join(heavy)
+
+
+def test_no_test_file_imports_another_test_file():
+    tests = REPO / "tests"
+    modules = {path.stem for path in tests.rglob("test_*.py")}
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in import_nodes(ast.parse(path.read_text(encoding="utf-8")), in_functions=True):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [f"{path.relative_to(REPO)} imports {n}" for n in names if n.split(".")[0] in modules]
+    assert len(modules) > 40  # the reader sees the test files
+    assert not found, "\n".join(found)

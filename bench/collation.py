@@ -1,7 +1,7 @@
 """Collation benchmark: Axolotl's host collators alone and wrapped by NumberSpanCollator, on GSM8K.
 
 GSM8K train problems (vendored in ``del_plugin/evaluation/data/gsm8k/``, read by
-``tools.assets.gsm8k_rows``) are tokenised with a real tokenizer (Llama-2's SentencePiece,
+``del_plugin.evaluation.gsm8k.gsm8k_rows``) are tokenised with a real tokenizer (Llama-2's SentencePiece,
 ``llama-spm``) in the Alpaca format Axolotl's ``type: alpaca`` uses, the prompt masked with -100 in the labels.
 Two collators, as Axolotl configures them:
 

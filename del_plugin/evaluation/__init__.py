@@ -64,32 +64,4 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_HOMES})
 
 
-__all__ = [
-    "BENCHMARKS",
-    "BENCHMARK_NAMES",
-    "SCHEMA",
-    "DataIssue",
-    "EvalExample",
-    "EvalSet",
-    "EvalSettings",
-    "ExtractedNumber",
-    "NumericMetrics",
-    "Verdict",
-    "benchmark_accuracies",
-    "compare_reports",
-    "digits_by_place",
-    "evaluate",
-    "extract_answer",
-    "find_numbers",
-    "format_decimal",
-    "is_correct",
-    "load_benchmark",
-    "load_report",
-    "log_transform",
-    "macc",
-    "numeric_metrics",
-    "read_eval_set",
-    "read_generations",
-    "resolve_benchmark_names",
-    "score_predictions",
-]
+__all__ = sorted(_HOMES)

@@ -6,8 +6,8 @@
   ``experiments``, ``tools`` and ``bench``) over :data:`MAX_FUNCTION_LINES`;
 * floors: no import circle among ``del_plugin``'s modules, and no module importing one that stands above it
   (:data:`FLOORS`); imports are read statically, function-level ones included, so a lazy import counts;
-* validating a config loads only what it checks: ``import del_plugin.axolotl.args`` loads no module of the
-  evaluation runner, generation or program sandbox;
+* validating a config loads only what it checks (tests/axolotl/test_light_validation.py, which imports the
+  validator and validates the ``del_eval_*`` keys in a fresh process);
 * the tests' helpers live in one place: no test file imports another test file (what they share is in
   ``tests/helpers/`` or ``tests/conftest.py``).
 
@@ -17,8 +17,6 @@ Each rule's reader is tested on a small made-up case first, so that a rule canno
 from __future__ import annotations
 
 import ast
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -41,14 +39,6 @@ FUNCTION_RULE_FOLDERS = ("del_plugin", "experiments", "tools", "bench")
 # when that attribute is read, not when a module of the package is imported).
 FLOORS = {"ground": 0, "core": 1, "hf": 2, "evaluation": 2, "axolotl": 3}
 FRONT_DOOR = PACKAGE
-# `import del_plugin.axolotl.args` must not load these (the runner, generation, the sandbox and their helpers)
-NOT_FOR_VALIDATION = (
-    "del_plugin.evaluation.runner",
-    "del_plugin.evaluation.generation",
-    "del_plugin.evaluation.benchmarks.program",
-    "del_plugin.evaluation.benchmarks.launcher",
-)
-NOT_FOR_VALIDATION_PREFIXES = ("del_plugin.evaluation.lm_eval_", "del_plugin.evaluation.math_verify_")
 
 
 # ---------------------------------------------------------------------------------------------- readers
@@ -369,22 +359,6 @@ def test_no_module_imports_one_that_stands_above_it():
 
 
 # ----------------------------------------------------------------------------------------- light validation
-def test_validating_a_config_loads_no_runner_generation_or_sandbox():
-    """In a fresh process, as Axolotl's config loading does: the validator's import pulls in no module of del-eval's
-    runner, its generation, the program sandbox, lm-evaluation-harness's tasks or math-verify's scorer."""
-    probe = (
-        "import json, sys, del_plugin.axolotl.args\n"
-        "print(json.dumps([sys.modules['del_plugin'].__file__, sorted(sys.modules)]))"
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    package_file, loaded = json.loads(done.stdout.strip().splitlines()[-1])
-    assert Path(package_file).is_relative_to(REPO) and "del_plugin.axolotl.args" in loaded  # this tree's validator
-    heavy = [m for m in loaded if m in NOT_FOR_VALIDATION or m.startswith(NOT_FOR_VALIDATION_PREFIXES)]
-    assert not heavy, "loaded by the validator:\n" + "\n".join(heavy)
-
-
 def test_no_test_file_imports_another_test_file():
     tests = REPO / "tests"
     modules = {path.stem for path in tests.rglob("test_*.py")}

@@ -65,16 +65,16 @@ def _torchrun(argv: list[str]) -> int:
     return subprocess.run(command, check=False).returncode
 
 
-def train(config: dict[str, Any], callbacks: list | None = None) -> None:
+def train(config: dict[str, Any], callbacks: list | None = None, trainer_class: type | None = None) -> None:
     """Validate ``config`` (:class:`~del_plugin.llamafactory.config.DELConfigError` with every problem), then train
-    it with LLaMA-Factory's ``run_exp`` and DEL's SFT trainer."""
+    it with LLaMA-Factory's ``run_exp`` and DEL's SFT trainer (or ``trainer_class``, a subclass of it)."""
     host_args, settings = read_config(config)
     check_llamafactory_version(version("llamafactory"))
     from llamafactory.train.tuner import run_exp
 
-    from .trainer import del_sft_trainer
+    from .trainer import DELSeq2SeqTrainer, del_sft_trainer
 
-    with del_sft_trainer(settings):
+    with del_sft_trainer(settings, trainer_class or DELSeq2SeqTrainer):
         run_exp(args=host_args, callbacks=callbacks)
 
 

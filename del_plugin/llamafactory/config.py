@@ -105,7 +105,7 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
     unknown = unknown_keys_problem(del_keys, TRAINING_KEYS)
     problems += [unknown] if unknown else []
     problems += yaml_string_problems(config)
-    settings = None if unknown else criterion_settings_problem(config)
+    settings = criterion_settings_problem(config)
     problems += [settings] if settings else []
     problems += _host_problems(config)
     for warning in other_criteria_warnings(config):

@@ -9,13 +9,14 @@ import sys
 
 import pytest
 import yaml
-from llamafactory_runs import LANE_ONLY, LLAMAFACTORY_LANE
-from repo import REPO
 
 from del_plugin.core.compatibility import RULES
 from del_plugin.hf.config_keys import TRAINING_KEYS
 from del_plugin.hf.settings import DELSettings
 from del_plugin.llamafactory.config import DELConfigError, check_llamafactory_version, config_problems, read_config
+
+from llamafactory_runs import LANE_ONLY, LLAMAFACTORY_LANE
+from repo import REPO
 
 BASE = {"model_name_or_path": "some/model", "stage": "sft", "finetuning_type": "lora", "del_alpha": 0.3}
 

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+
 from llamafactory_runs import LANE_ONLY, LLAMAFACTORY_LANE, core_loss, tiny_config, write_dataset
 from repo import REPO
 

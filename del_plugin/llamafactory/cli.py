@@ -76,6 +76,21 @@ def train(config: dict[str, Any], callbacks: list | None = None, trainer_class: 
 
     with del_sft_trainer(settings, trainer_class or DELSeq2SeqTrainer):
         run_exp(args=host_args, callbacks=callbacks)
+    save_config(config)
+
+
+def save_config(config: dict[str, Any]) -> None:
+    """The run's config, DEL's keys included, into its ``output_dir`` (by the first process), where ``del-eval``
+    reads the prompt format the model was trained with (LLaMA-Factory keeps no config there)."""
+    output_dir = config.get("output_dir")
+    if not output_dir or os.environ.get("RANK", "0") != "0" or not Path(output_dir).is_dir():
+        return
+    import yaml
+
+    from ..evaluation.llamafactory_config import CONFIG_FILE
+
+    text = yaml.safe_dump(config, sort_keys=False)
+    (Path(output_dir) / CONFIG_FILE).write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,7 @@ def test_a_good_config_splits_into_llamafactorys_arguments_and_dels_settings():
     assert settings == DELSettings.from_config({"del_alpha": 0.3, "del_place_weighting": False})
 
 
+@pytest.mark.axolotl
 def test_the_keys_are_those_of_axolotls_config_without_its_evaluation_keys():
     from del_plugin.axolotl.args import DEFAULTS
 

@@ -98,6 +98,7 @@ def pytest_configure(config):
 # the longest-first rule of scheduling; the other files follow in their usual order. (Rough order from
 # `pytest --durations`, 2-core machine; a file missing here only costs balance, never a test.)
 LONGEST_FILES_FIRST = (
+    "test_llamafactory_training.py",  # (the LLaMA-Factory lane's longest; skipped on the others)
     "test_examples.py",
     "test_paper.py",
     "test_deepspeed_cpu_e2e.py",

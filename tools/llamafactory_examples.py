@@ -1,8 +1,8 @@
 """``python -m tools.llamafactory_examples``: write examples/llamafactory/ from the Axolotl examples, so the two
 never drift: each paper family's ``<family>-qlora-24gb.yaml`` is its ``examples/<family>/qlora-24gb.yml`` in
 LLaMA-Factory's keys (the same model, DEL keys, data, LoRA, quantisation, packing, batch, schedule and seed), and
-``smollm2-135m-cpu.yaml`` a first run on a CPU. ``tests/llamafactory/test_examples.py`` checks that the files are
-this module's output. Edit the Axolotl example (or this table), then run it again.
+``smollm2-135m-cpu.yaml`` a first run on a CPU. ``tests/llamafactory/test_llamafactory_examples.py`` checks that
+the files are this module's output. Edit the Axolotl example (or this table), then run it again.
 """
 
 from __future__ import annotations

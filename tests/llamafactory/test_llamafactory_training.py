@@ -93,6 +93,19 @@ def test_the_loss_is_the_cores_on_the_same_batch_and_dels_parts_are_logged(case,
     assert first["digit_targets"] > 0
 
 
+def test_qlora_4bit_on_cpu_the_loss_is_the_cores(tiny_llama, dataset_dir, tmp_path):
+    """QLoRA (LLaMA-Factory's bitsandbytes 4-bit): the oracle runs the trainer's own quantised model, whose weights
+    the step leaves as they were (learning rate 0), on the recorded batch."""
+    import bitsandbytes as bnb
+
+    config = tiny_config(tiny_llama, dataset_dir, tmp_path / "out", quantization_bit=4, learning_rate=0.0)
+    trainer = run(config)
+    assert any(isinstance(m, bnb.nn.Linear4bit) for m in trainer.model.modules())
+    batch, loss = trainer.first
+    expected = core_loss(trainer.model, batch, trainer.del_vocab, config["del_alpha"])
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
+
+
 def lora_weights(trainer) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
 

@@ -1,6 +1,6 @@
 """examples/llamafactory/: written from the Axolotl examples by tools.llamafactory_examples (so the files are its
 output), one for each of the paper's families, each accepted by DEL's rules and, in the LLaMA-Factory lane, by
-LLaMA-Factory's own argument parser. (The CPU example trains in tests/llamafactory/test_training.py.)"""
+LLaMA-Factory's own argument parser. (The CPU example trains in tests/llamafactory/test_llamafactory_training.py.)"""
 
 from __future__ import annotations
 

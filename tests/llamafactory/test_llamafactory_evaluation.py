@@ -16,6 +16,7 @@ from del_plugin.evaluation.llamafactory_config import CONFIG_FILE
 from tools.assets import load_tokenizer
 
 from llamafactory_runs import LANE_ONLY, LLAMAFACTORY_LANE, tiny_config, write_dataset
+from repo import REPO
 
 QUESTION = "Natalia sold 48 clips in April and half as many in May. How many did she sell in all?"
 
@@ -60,7 +61,7 @@ def test_del_eval_scores_a_trained_llamafactory_adapter(tmp_path):
     assert (out / "adapter_config.json").is_file() and (out / CONFIG_FILE).is_file()
     command = [sys.executable, "-m", "del_plugin.evaluation", "run", "--model", str(out), "--benchmarks", "gsm8k"]
     command += ["--limit", "2", "--max-new-tokens", "4", "--no-teacher-forced", "--out", str(tmp_path / "eval")]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "eval" / "report.json").read_text(encoding="utf-8"))
     assert report["model"]["adapter"] == str(out) and report["model"]["prompt_format"] == "alpaca"

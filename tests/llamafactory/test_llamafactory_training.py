@@ -106,6 +106,20 @@ def test_qlora_4bit_on_cpu_the_loss_is_the_cores(tiny_llama, dataset_dir, tmp_pa
     assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
 
 
+def test_a_token_criterion_trains_and_evaluation_logs_dels_parts(tiny_llama, dataset_dir, tmp_path):
+    """MixCE (a token criterion: the Trainer's compute_loss_func) with LLaMA-Factory's evaluation during training and
+    after it (``do_eval``: run_sft hands ``evaluate`` its generation arguments)."""
+    eval_keys = dict(val_size=0.5, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=2, do_eval=True)
+    config = tiny_config(tiny_llama, dataset_dir, tmp_path / "out", del_criterion="mixce", del_alpha=0.5, **eval_keys)
+    trainer = run(config)
+    history = trainer.state.log_history
+    train, evaluated = history[0], [h for h in history if "eval_loss" in h]
+    assert train["loss"] != pytest.approx(train["ce_loss"], rel=1e-3)  # the criterion's loss, CE logged beside it
+    assert len(evaluated) == 2  # the step's evaluation and do_eval's
+    for logs in evaluated:
+        assert {"eval_ce_loss", "eval_digit_accuracy", "eval_digit_targets"} <= set(logs), logs
+
+
 def lora_weights(trainer) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
 

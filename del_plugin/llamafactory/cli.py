@@ -14,7 +14,7 @@ import argparse
 import os
 import subprocess
 import sys
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,17 @@ def read_yaml(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
         raise FileNotFoundError(f"del-llamafactory: no config file {path}")
     loaded = OmegaConf.load(path.absolute())
     return OmegaConf.to_container(OmegaConf.merge(loaded, OmegaConf.from_cli(list(overrides))))
+
+
+def installed_llamafactory() -> str:
+    """The installed LLaMA-Factory's version; a RuntimeError with the install line when there is none."""
+    try:
+        return version("llamafactory")
+    except PackageNotFoundError:
+        raise RuntimeError(
+            "del-llamafactory: LLaMA-Factory is not installed here; install it (pip install 'del-plugin[llamafactory]' "
+            "or llamafactory==0.9.5) and run this command in its environment"
+        ) from None
 
 
 def _needs_torchrun() -> bool:
@@ -69,7 +80,7 @@ def train(config: dict[str, Any], callbacks: list | None = None, trainer_class: 
     """Validate ``config`` (:class:`~del_plugin.llamafactory.config.DELConfigError` with every problem), then train
     it with LLaMA-Factory's ``run_exp`` and DEL's SFT trainer (or ``trainer_class``, a subclass of it)."""
     host_args, settings = read_config(config)
-    check_llamafactory_version(version("llamafactory"))
+    check_llamafactory_version(installed_llamafactory())
     from llamafactory.train.tuner import run_exp
 
     from .trainer import DELSeq2SeqTrainer, del_sft_trainer
@@ -106,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = read_yaml(args.config, args.overrides)
         read_config(config)  # every problem, before anything heavy is imported
-    except (DELConfigError, FileNotFoundError) as err:
+        check_llamafactory_version(installed_llamafactory())
+    except (DELConfigError, FileNotFoundError, RuntimeError) as err:
         print(err, file=sys.stderr)
         return 2
     if _needs_torchrun():

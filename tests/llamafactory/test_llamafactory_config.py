@@ -127,3 +127,15 @@ def test_the_entry_point_refuses_a_bad_config_before_llamafactory_is_imported(tm
     assert "`use_eaft_loss: true`" in run.stderr
     assert "del_alpha" in run.stderr and "500" in run.stderr  # the override is read as llamafactory-cli reads it
     assert "IMPORTED False" in run.stdout
+
+
+@pytest.mark.skipif(not LLAMAFACTORY_LANE, reason=LANE_ONLY + " (the entry point reads YAML with its OmegaConf)")
+def test_the_entry_point_refuses_another_llamafactory_before_training(tmp_path, monkeypatch, capsys):
+    """Only the installed version the command reads is replaced (0.9.4 in place of the lane's 0.9.5)."""
+    from del_plugin.llamafactory import cli
+
+    config = tmp_path / "ok.yaml"
+    config.write_text(yaml.safe_dump(BASE), encoding="utf-8")
+    monkeypatch.setattr(cli, "version", lambda name: "0.9.4" if name == "llamafactory" else None)
+    assert cli.main(["train", str(config)]) == 2
+    assert "0.9.4 is installed" in capsys.readouterr().err

@@ -38,6 +38,7 @@ lint: $(VENV)/.installed
 test: setup lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=20
 	$(MAKE) --no-print-directory test-hosts-latest
+	$(MAKE) --no-print-directory test-llamafactory
 
 # The newest-hosts lane (CONTRIBUTING.md): the host tests on the newest transformers, TRL, accelerate and peft, with
 # no Axolotl. requirements-latest.lock pins them and the dependencies they need newer than the project's; they are
@@ -60,6 +61,19 @@ $(LATEST)/.installed: requirements-latest.lock $(VENV)/.installed
 test-hosts-latest: setup $(LATEST)/.installed
 	DEL_TEST_LANE=hosts-latest PYTHONPATH=$(CURDIR)/$(LATEST) OMP_NUM_THREADS=1 \
 		$(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not axolotl" $(HOSTS_LATEST_TESTS)
+
+# The LLaMA-Factory lane (CONTRIBUTING.md): the LLaMA-Factory host's tests on LLaMA-Factory 0.9.5 and the releases it
+# pins (requirements-llamafactory.lock), installed as the newest-hosts lane is, into $(LLAMAFACTORY); no Axolotl.
+LLAMAFACTORY := .venv-llamafactory
+LLAMAFACTORY_TESTS := tests/llamafactory tests/hf/test_hosts_doc.py
+$(LLAMAFACTORY)/.installed: requirements-llamafactory.lock $(VENV)/.installed
+	rm -rf $(LLAMAFACTORY)
+	$(PY) -m pip install --quiet --no-deps --target $(LLAMAFACTORY) -r requirements-llamafactory.lock
+	touch $@
+
+test-llamafactory: setup $(LLAMAFACTORY)/.installed
+	DEL_TEST_LANE=llamafactory PYTHONPATH=$(CURDIR)/$(LLAMAFACTORY) OMP_NUM_THREADS=1 \
+		$(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not axolotl" $(LLAMAFACTORY_TESTS)
 
 test-fast: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not e2e and not interpreter"

@@ -22,37 +22,41 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "helpers"))
 
 from repo import REPO  # noqa: E402
 
-# The newest-hosts lane (`make test-hosts-latest`, CONTRIBUTING.md): the host tests on the newest transformers, TRL,
-# accelerate and peft (requirements-latest.lock, installed ahead of the project's environment on PYTHONPATH), with no
-# Axolotl. The lane proves both: it stops before the first test unless every pin of that lock file is the version
-# imported, and an import of Axolotl fails there (tests that need Axolotl carry the `axolotl` marker, which the lane
-# deselects; one that does not fails instead of testing the other lane's stack).
-HOSTS_LATEST = os.environ.get("DEL_TEST_LANE") == "hosts-latest"
-LATEST_LOCK = REPO / "requirements-latest.lock"
+# The host lanes (CONTRIBUTING.md, "Tests"): `make test-hosts-latest` runs the host tests on the newest transformers,
+# TRL, accelerate and peft (requirements-latest.lock), `make test-llamafactory` the LLaMA-Factory host's on
+# LLaMA-Factory 0.9.5 and what it pins (requirements-llamafactory.lock); each lock is installed ahead of the project's
+# environment on PYTHONPATH, with no Axolotl. A lane proves both: it stops before the first test unless every pin of
+# its lock file is the version imported, and an import of Axolotl fails there (tests that need Axolotl carry the
+# `axolotl` marker, which the lanes deselect; one that does not fails instead of testing the other lane's stack).
+LANE = os.environ.get("DEL_TEST_LANE")
+LANE_LOCKS = {"hosts-latest": "requirements-latest.lock", "llamafactory": "requirements-llamafactory.lock"}
+# LLaMA-Factory's requirements that its SFT path does not import (the web UI, image and video data, the ModelScope
+# hub, the v1 launcher), left out of its lane: any other unmet requirement stops the lane
+LANE_NOT_INSTALLED = {"llamafactory": {"av", "gradio", "modelscope", "torchdata", "torchvision", "tyro"}}
 
 
 class _NoAxolotl(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == "axolotl" or name.startswith("axolotl."):
-            raise ModuleNotFoundError(
-                f"No module named {name!r} (the newest-hosts lane runs without Axolotl)", name=name
-            )
+            raise ModuleNotFoundError(f"No module named {name!r} (the {LANE} lane runs without Axolotl)", name=name)
         return None
 
 
-def latest_lane_pins() -> dict[str, str]:
-    """requirements-latest.lock's pins: {distribution: version}."""
-    lines = LATEST_LOCK.read_text(encoding="utf-8").splitlines()
+def lane_pins(lane: str) -> dict[str, str]:
+    """The lane's lock file's pins: {distribution: version}."""
+    lines = (REPO / LANE_LOCKS[lane]).read_text(encoding="utf-8").splitlines()
     return dict(line.split("==") for line in (ln.split("#")[0].strip() for ln in lines) if line)
 
 
-if HOSTS_LATEST:
+if LANE is not None:
+    if LANE not in LANE_LOCKS:
+        raise pytest.UsageError(f"DEL_TEST_LANE={LANE!r}: the lanes are {', '.join(LANE_LOCKS)}")
     sys.meta_path.insert(0, _NoAxolotl())
 
 
-def unmet_requirements(names) -> list[str]:
+def unmet_requirements(names, not_installed=frozenset()) -> list[str]:
     """The requirements of the distributions ``names`` that the importable versions do not meet (a newer release
-    pinned in requirements-latest.lock that needs a newer dependency the lock does not pin yet)."""
+    pinned in a lane's lock that needs a newer dependency the lock does not pin yet), less those ``not_installed``."""
     from packaging.requirements import Requirement
 
     unmet = []
@@ -60,6 +64,8 @@ def unmet_requirements(names) -> list[str]:
         for text in importlib.metadata.requires(name) or []:
             requirement = Requirement(text)
             if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+                continue
+            if requirement.name in not_installed:
                 continue
             try:
                 version = importlib.metadata.version(requirement.name)
@@ -71,20 +77,20 @@ def unmet_requirements(names) -> list[str]:
 
 
 def pytest_configure(config):
-    if not HOSTS_LATEST:
+    if LANE is None:
         return
-    pins = latest_lane_pins()
+    lock, pins = LANE_LOCKS[LANE], lane_pins(LANE)
     wrong = {
         name: importlib.metadata.version(name) for name, pin in pins.items() if importlib.metadata.version(name) != pin
     }
     if wrong or "axolotl" in sys.modules:
         raise pytest.UsageError(
-            f"the newest-hosts lane imports {wrong or 'Axolotl'} instead of {LATEST_LOCK.name}'s pins: run it with "
-            "`make test-hosts-latest` (its packages ahead of the project's on PYTHONPATH)"
+            f"the {LANE} lane imports {wrong or 'Axolotl'} instead of {lock}'s pins: run it with "
+            f"`make test-{LANE}` (its packages ahead of the project's on PYTHONPATH)"
         )
-    unmet = unmet_requirements(pins)
+    unmet = unmet_requirements(pins, LANE_NOT_INSTALLED.get(LANE, frozenset()))
     if unmet:
-        raise pytest.UsageError(f"pin these in {LATEST_LOCK.name} too: " + "; ".join(unmet))
+        raise pytest.UsageError(f"pin these in {lock} too: " + "; ".join(unmet))
 
 
 # The files that take longest, longest first: `make test` gives pytest-xdist's workers a file at a time in collection
@@ -92,6 +98,7 @@ def pytest_configure(config):
 # the longest-first rule of scheduling; the other files follow in their usual order. (Rough order from
 # `pytest --durations`, 2-core machine; a file missing here only costs balance, never a test.)
 LONGEST_FILES_FIRST = (
+    "test_llamafactory_training.py",  # (the LLaMA-Factory lane's longest; skipped on the others)
     "test_examples.py",
     "test_paper.py",
     "test_deepspeed_cpu_e2e.py",

@@ -11,7 +11,6 @@ of :data:`RULES` and reports every refusal at once.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from pydantic import Field, ValidationError, create_model, field_validator, model_validator
@@ -20,6 +19,7 @@ from ..core.compatibility import cce_folds_lora_head, fused_cross_entropy, lora_
 from ..core.criteria import CRITERIA, criteria_names, criterion_spec
 from ..core.places import PlaceWeighting
 from ..evaluation.benchmarks.names import BENCHMARK_NAMES, MAX_NEW_TOKENS
+from ..hf.config_keys import unknown_keys_problem
 from ..hf.settings import DEFAULT_ALPHA, DELSettings
 from .config_rules import (
     COMPATIBILITY_RULES,
@@ -268,17 +268,9 @@ def refuse_del_keys_without_the_plugin(data: dict) -> None:
 
 def refuse_unknown_del_keys(data: dict) -> None:
     """A misspelled ``del_`` key would otherwise be dropped silently and its default used."""
-    known = set(DELArgs.model_fields)
-    unknown = sorted(k for k in data if isinstance(k, str) and k.startswith("del_") and k not in known)
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hints.append(f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
-        refuse(
-            f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; the DEL keys are "
-            f"{', '.join(sorted(known))}"
-        )
+    problem = unknown_keys_problem(data, DELArgs.model_fields)
+    if problem is not None:
+        refuse(problem)
 
 
 # the rules on a config that lists the plugin, in the order they run and their refusals are listed: the keys

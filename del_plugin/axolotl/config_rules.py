@@ -6,7 +6,6 @@ fields are validated; the combinations of kernels, criteria, LoRA targets and en
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..core.compatibility import (
@@ -18,14 +17,19 @@ from ..core.compatibility import (
     zero_stage,
 )
 from ..core.criteria import CRITERIA
-from ..hf.settings import DELSettings
+from ..hf.config_keys import (
+    NUMBER_PARAMS,
+    configured_criterion,
+    criterion_settings_problem,
+    other_criteria_warnings,
+    read_as_strings,
+    yaml_string_problems,
+)
 from .logs import LOG
 
+__all__ = ["NUMBER_PARAMS", "PLUGIN_NAME", "configured_criterion", "read_as_strings"]
+
 PLUGIN_NAME = "del_plugin.DELPlugin"
-# a number in exponent form that YAML 1.1 reads as a string (no dot, or an unsigned exponent): 1e9, 3e-2, 1.5E3
-_EXPONENT = re.compile(r"([+-]?)(\d+)(?:\.(\d*))?[eE]([+-]?)(\d+)")
-# the criterion parameters that are numbers (the others are switches, true or false)
-NUMBER_PARAMS = tuple(param.key for spec in CRITERIA.values() for param in spec.params if not param.is_switch)
 
 
 def plugin_enabled(cfg: Any) -> bool:
@@ -39,62 +43,24 @@ def refuse(problem: str) -> None:
     raise ValueError(f"{PLUGIN_NAME}: {problem}.")
 
 
-def configured_criterion(data: dict) -> str | None:
-    """The configured criterion, or None when it is not one (the ``del_criterion`` field then says so)."""
-    criterion = data.get("del_criterion") or DELSettings.criterion
-    return criterion if criterion in CRITERIA else None
-
-
-def read_as_strings(data: dict) -> dict[str, str]:
-    """The number keys whose value YAML read as a string in exponent form (``del_alpha: 3e-2``)."""
-    keys = ("del_alpha", "del_integer_slope", "del_decimal_base", *NUMBER_PARAMS)
-    return {
-        key: value for key in keys if isinstance(value := data.get(key), str) and _EXPONENT.fullmatch(value.strip())
-    }
-
-
+# The rules on DEL's own keys are del_plugin.hf.config_keys' (LLaMA-Factory's entry point applies the same ones).
 def refuse_numbers_yaml_reads_as_strings(data: dict) -> None:
-    """YAML 1.1, which Axolotl's loader (PyYAML) reads, takes a float only with a dot and a signed exponent:
-    ``1e9`` and ``3e-2`` are strings, and would be refused as "not a number" without saying why."""
-    for key, value in read_as_strings(data).items():
-        sign, whole, fraction, exponent_sign, exponent = _EXPONENT.fullmatch(value.strip()).groups()
-        written = f"{sign}{whole}.{fraction or '0'}e{exponent_sign or '+'}{exponent}"
-        refuse(
-            f"`{key}: {value}` is read by YAML as the string {value!r}, not a number (YAML needs a dot and a "
-            f"signed exponent); write `{key}: {written}`"
-        )
+    """``del_alpha: 3e-2`` is a string in YAML 1.1 (:func:`~del_plugin.hf.config_keys.yaml_string_problems`)."""
+    for problem in yaml_string_problems(data):
+        refuse(problem)
 
 
 def check_criterion_settings(data: dict) -> None:
     """The criterion, its weight and parameters and the place weights, with the reason for each bound."""
-    if configured_criterion(data) is None or read_as_strings(data):
-        return  # an unknown criterion, or a number YAML read as a string: each refused by its own rule
-    try:
-        DELSettings.from_config(data)
-    except (TypeError, ValueError) as err:
-        refuse(str(err))
+    problem = criterion_settings_problem(data)
+    if problem is not None:
+        refuse(problem)
 
 
 def warn_keys_of_other_criteria(data: dict) -> None:
     """A criterion's own key set beside another criterion is not used: said, not silently ignored."""
-    criterion = configured_criterion(data)
-    if criterion is None:
-        return
-    for spec in CRITERIA.values():
-        for param in spec.params:
-            # (a switch of another criterion turned on is refused: DELSettings.from_config)
-            refused = param.is_switch and data.get(param.key) not in (None, param.default)
-            if data.get(param.key) is not None and spec.name != criterion and not refused:
-                LOG.warning(
-                    "del_plugin: `%s` only applies to `del_criterion: %s`; it is not used with `%s`",
-                    param.key,
-                    spec.name,
-                    criterion,
-                )
-    if CRITERIA[criterion].kind == "none" and data.get("del_alpha") not in (None, 0, 0.0):
-        LOG.warning(
-            "del_plugin: `del_criterion: %s` trains with cross-entropy alone; `del_alpha` is not used", criterion
-        )
+    for warning in other_criteria_warnings(data):
+        LOG.warning("%s", warning)
 
 
 def refuse_other_losses_with_full_logit_criteria(data: dict) -> None:

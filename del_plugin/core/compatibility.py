@@ -217,6 +217,14 @@ RULES: dict[str, Rule] = {
             "(a fused cross-entropy kernel is on)",
             joiner=" ",
         ),
+        Rule(
+            "own_loss_vs_llamafactory",
+            ("use_dft_loss", "use_eaft_loss", "use_asft_loss"),
+            ("llamafactory",),
+            "`{key}: true` replaces LLaMA-Factory's cross-entropy with a loss of its own, and DEL trains "
+            "cross-entropy + del_alpha * L_num (a token criterion replaces the same loss)",
+            "remove `{key}` to train with DEL, or train it without DEL (`llamafactory-cli train`)",
+        ),
         # a LoRA adapter on lm_head beside a kernel that reads the base weight
         Rule(
             "lora_head_vs_liger_fused",
@@ -227,6 +235,15 @@ RULES: dict[str, Rule] = {
             "without it while DEL and evaluation see it",
             "train the head with `lora_modules_to_save: [lm_head]` instead, use Cut Cross Entropy (Axolotl's fork "
             "folds the adapter into its loss), or plain cross-entropy",
+        ),
+        Rule(
+            "lora_head_vs_llamafactory_liger",
+            ("lora_target", "enable_liger_kernel"),
+            ("llamafactory",),
+            "a LoRA adapter on lm_head (`lora_target`) with `enable_liger_kernel`: LLaMA-Factory's SFT applies "
+            "Liger's fused linear cross-entropy, which reads lm_head.weight, the base weight without the adapter, so "
+            "the cross-entropy would train without it while DEL and evaluation see it",
+            "train the head with `additional_target: lm_head` instead, or remove `enable_liger_kernel`",
         ),
         Rule(
             "lora_head_vs_cce_fork",

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from .generation import CustomFormat, PromptFormat
+from .llamafactory_config import llamafactory_config_in, prompt_format_from_llamafactory
 
 LOG = logging.getLogger(__name__)
 
@@ -80,27 +81,40 @@ def prompt_format_from_config(config: dict) -> tuple[str | CustomFormat | None, 
     )
 
 
+def _saved_config_format(folder) -> tuple[str | CustomFormat | None, str, str] | None:
+    """(the prompt format, why, where) from the training config saved in ``folder``: Axolotl's (its model card) or
+    the one ``del-llamafactory train`` saves; None when there is neither."""
+    found = axolotl_config_in(folder)
+    if found is not None:
+        config, card = found
+        return (*prompt_format_from_config(config), f"the Axolotl config in {card}")
+    found = llamafactory_config_in(folder)
+    if found is not None:
+        config, path = found
+        return (*prompt_format_from_llamafactory(config), f"the LLaMA-Factory config {path}")
+    return None
+
+
 def resolve_prompt_format(requested: str, tokenizer, folders) -> tuple[PromptFormat, str]:
     """The prompt format and where it came from. ``requested`` other than ``auto`` wins; with ``auto``, the Axolotl
-    config in the first of ``folders`` (the adapter folder, then the model folder) that holds one; else chat when
-    the tokenizer has a chat template, alpaca when it has none, with a warning when a config was found but decided
-    nothing."""
+    (or LLaMA-Factory: :mod:`.llamafactory_config`) config in the first of ``folders`` (the adapter folder, then the
+    model folder) that holds one; else chat when the tokenizer has a chat template, alpaca when it has none, with a
+    warning when a config was found but decided nothing."""
     if requested != "auto":
         return PromptFormat(tokenizer, requested), f"--prompt-format {requested}"
     notes = []
     for folder in folders:
         if folder is None:
             continue
-        found = axolotl_config_in(folder)
+        found = _saved_config_format(folder)
         if found is None:
             continue
-        config, card = found
-        kind, why = prompt_format_from_config(config)
+        kind, why, where = found
         if isinstance(kind, CustomFormat):
-            return PromptFormat(tokenizer, "custom", kind), f"the Axolotl config in {card} ({why})"
+            return PromptFormat(tokenizer, "custom", kind), f"{where} ({why})"
         if kind is not None:
-            return PromptFormat(tokenizer, kind), f"the Axolotl config in {card} ({why})"
-        notes.append(f"the Axolotl config in {card} decides nothing: {why}")
+            return PromptFormat(tokenizer, kind), f"{where} ({why})"
+        notes.append(f"{where} decides nothing: {why}")
     has_template = bool(getattr(tokenizer, "chat_template", None))
     fallback = "chat" if has_template else "alpaca"
     reason = "the tokenizer has a chat template" if has_template else "the tokenizer has no chat template"

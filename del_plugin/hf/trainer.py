@@ -379,8 +379,11 @@ class DELTrainerMixin:
                 )
         super().log(logs, start_time)
 
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval", **gen_kwargs):
+        # gen_kwargs: a Seq2SeqTrainer's generation arguments (LLaMA-Factory's SFT passes its generating_args)
         if self.del_settings is not None:
             self.del_metrics.reset("eval")
             self.del_metrics.eval_prefix = metric_key_prefix
-        return super().evaluate(eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+        return super().evaluate(
+            eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix, **gen_kwargs
+        )

@@ -203,6 +203,14 @@ def _capture_refusal(case: str, what) -> str:
     return str(err.value)
 
 
+def _llamafactory_refusal(**config) -> str:
+    from del_plugin.llamafactory.config import DELConfigError, read_config
+
+    with pytest.raises(DELConfigError) as err:
+        read_config({"model_name_or_path": "m", "stage": "sft", **config})
+    return str(err.value)
+
+
 ZERO3 = {"zero_optimization": {"stage": 3}}
 # rule -> (how its host meets it, the facts of its message, the keys the refusal must name)
 TRIGGERS = {
@@ -243,6 +251,16 @@ TRIGGERS = {
         lambda mp: _validation_refusal(lora_target_modules=["lm_head"], liger_fused_linear_cross_entropy=True),
         {},
         ["`lora_target_modules`", "`liger_fused_linear_cross_entropy`", "`lora_modules_to_save: [lm_head]`"],
+    ),
+    "own_loss_vs_llamafactory": (
+        lambda mp: _llamafactory_refusal(use_eaft_loss=True),
+        {"key": "use_eaft_loss"},
+        ["`use_eaft_loss: true`", "remove `use_eaft_loss`"],
+    ),
+    "lora_head_vs_llamafactory_liger": (
+        lambda mp: _llamafactory_refusal(lora_target="q_proj,lm_head", enable_liger_kernel=True),
+        {},
+        ["`lora_target`", "`enable_liger_kernel`", "`additional_target: lm_head`"],
     ),
     "lora_head_vs_cce_fork": (
         _plugin_refusal,

@@ -101,7 +101,7 @@ def pins(lock: str) -> dict[str, str]:
 
 
 def test_the_versions_tested_are_the_lock_files():
-    """docs/hosts.md's table of the two test lanes names the versions their lock files install."""
+    """docs/hosts.md's table of the test lanes names the versions their lock files install."""
     text = DOC.read_text(encoding="utf-8")
     table = text[text.index("<!-- the versions of requirements.lock") :].split("\n\n")[0]
     rows = {
@@ -111,6 +111,7 @@ def test_the_versions_tested_are_the_lock_files():
     for lane, lock in (
         ("main (`requirements.lock`)", "requirements.lock"),
         ("newest hosts (`requirements-latest.lock`)", "requirements-latest.lock"),
+        ("LLaMA-Factory (`requirements-llamafactory.lock`)", "requirements-llamafactory.lock"),
     ):
         pinned = pins(lock)
         row = dict(zip(header, rows[lane]))
@@ -120,7 +121,8 @@ def test_the_versions_tested_are_the_lock_files():
             ("accelerate", "accelerate"),
             ("peft", "peft"),
             ("axolotl", "Axolotl"),
+            ("llamafactory", "LLaMA-Factory"),
         ):
             assert row[column] == pinned.get(package, "none"), (lane, package)
-    main = pins("requirements.lock")  # the newest-hosts lane installs neither: both lanes run these
+    main = pins("requirements.lock")  # the other lanes install neither: every lane runs these
     assert f"torch {main['torch']} and Liger-Kernel {main['liger_kernel']}" in text

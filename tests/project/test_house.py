@@ -36,8 +36,9 @@ FUNCTION_RULE_FOLDERS = ("del_plugin", "experiments", "tools", "bench")
 # evaluation stand on the same floor and do not import each other) nor up. The ground is del_plugin's top-level
 # modules (host_notices, examples). del_plugin/__init__.py is the package's front door: it stands on no floor, and
 # only its module-level imports count (its ``__getattr__`` imports the plugin for Axolotl's ``del_plugin.DELPlugin``
-# when that attribute is read, not when a module of the package is imported).
-FLOORS = {"ground": 0, "core": 1, "hf": 2, "evaluation": 2, "axolotl": 3}
+# when that attribute is read, not when a module of the package is imported). The two hosts with a room of their own,
+# axolotl and llamafactory, share the top floor and do not import each other (the rules both apply live below them).
+FLOORS = {"ground": 0, "core": 1, "hf": 2, "evaluation": 2, "axolotl": 3, "llamafactory": 3}
 FRONT_DOOR = PACKAGE
 
 

@@ -152,11 +152,13 @@ def test_the_installed_metadata_registers_the_plugin_and_the_commands(venv):
     )
     found = json.loads(run(venv["python"], "-c", script, env=host_env()).stdout)
     assert ["del_plugin", "del_plugin:DELPlugin"] in found["plugins"]
-    assert found["scripts"] == ["del-check", "del-eval"]  # the test-asset fetcher is not a user command
+    # the test-asset fetcher is not a user command
+    assert found["scripts"] == ["del-check", "del-eval", "del-llamafactory"]
     assert Path(found["file"]).is_relative_to(venv["python"].parents[1])  # the installed copy, not this tree
     for script_name in found["scripts"]:  # (tests/axolotl/test_del_check.py runs del-check's main in-process)
         assert (venv["bin"] / script_name).is_file()
     assert "del_plugin.axolotl.check" in (venv["bin"] / "del-check").read_text(encoding="utf-8")
+    assert "del_plugin.llamafactory.cli" in (venv["bin"] / "del-llamafactory").read_text(encoding="utf-8")
 
 
 def example_files() -> list[str]:

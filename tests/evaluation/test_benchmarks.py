@@ -515,6 +515,7 @@ def test_math_verify_beside_the_paper_on_hand_checked_outputs(name, benchmark_di
         "n": len(rows),
         "accuracy": right / len(rows),
         "disagreements": sorted(i for i, _, paper, equivalent in rows if paper != equivalent),
+        "over_budget": 0,
     }
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "| set | problems | accuracy | ± SE | math-verify |" in markdown
@@ -548,7 +549,7 @@ def test_math_verify_is_bounded_and_works_off_the_main_thread():
 
     from del_plugin.evaluation.math_verify_scoring import MAX_PREDICTION_CHARS, MathVerifyScorer, math_verify_inputs
 
-    scorer = MathVerifyScorer(timeout_s=2)
+    scorer = MathVerifyScorer()
     try:
         verdicts = []
         thread = threading.Thread(target=lambda: verdicts.append(scorer.correct("0.5", "The answer is \\frac{1}{2}")))
@@ -559,11 +560,11 @@ def test_math_verify_is_bounded_and_works_off_the_main_thread():
         gold, prediction, _ = math_verify_inputs("7" * 2_000_000 + " The answer is 5", "5", "numeric")
         assert len(prediction) == MAX_PREDICTION_CHARS and prediction.endswith("The answer is 5")
         assert scorer.correct(gold, prediction)
-        # sympy on a tower of powers outlasts the limit: scored wrong within it, the process replaced
-        started = time.perf_counter()
-        assert not scorer.correct("3", "The answer is $2^{2^{2^{2^{2^{30}}}}}$")
-        assert time.perf_counter() - started < 4.5 and scorer.timeouts == 1
-        assert scorer.correct("18", "The answer is 18")  # the next problem gets a new process
+        # sympy on a tower of powers outlasts the budget: not verified, with the reason, the worker kept
+        # (tests/evaluation/test_math_verify_budget.py: the budget on a hostile set)
+        result = scorer.check("3", "The answer is $2^{2^{2^{2^{2^{30}}}}}$")
+        assert (result.correct, result.over_budget) == (False, "CPU time: over 1 s (ITIMER_PROF)")
+        assert scorer.timeouts == 0 and scorer.correct("18", "The answer is 18")
     finally:
         scorer.close()
 

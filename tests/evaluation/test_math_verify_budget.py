@@ -1,0 +1,107 @@
+"""math-verify's per-problem budget (CPU time and memory, parse and verify together), enforced by the kernel in the
+worker's forked process: hostile GSM8K-style outputs (power towers, huge powers of polynomials, factorial chains,
+deep nests; tests/helpers/hostile_math.py) are each "not verified", the runaways with the budget's reason, the
+worker kept; plain outputs keep their verdicts. No wall-clock assertion: each checks the mechanism (the signal that
+stopped the problem, the CPU time and memory the kernel counted for its process)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from del_plugin.evaluation import cli
+from del_plugin.evaluation.math_verify_scoring import CPU_BUDGET_S, MEMORY_BUDGET_MB, MathVerifyScorer
+
+from hostile_math import HOSTILE_OUTPUTS, PLAIN_OUTPUTS, REFERENCE, RUNAWAY
+
+pytest.importorskip("math_verify")
+
+# the kernel counts CPU time in ticks (up to 10 ms) and delivers ITIMER_PROF's signal at the next one
+TICK_SLACK_S = 0.1
+# worked out by hand: which plain outputs (tests/helpers/hostile_math.py) say 18, as math-verify reads them
+PLAIN_VERDICTS = [True, True, True, False, True, True, True, True, True, False]
+PLAIN_VERDICTS += [True, False, True, False, True, False, False, True, True, True]
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    scorer = MathVerifyScorer()
+    yield scorer
+    scorer.close()
+
+
+@pytest.fixture(scope="module")
+def plain_rss_mb(scorer) -> float:
+    """What a problem's process holds on a plain output (the worker's pages it shares, and little more)."""
+    return scorer.check(REFERENCE, PLAIN_OUTPUTS[0]).max_rss_mb
+
+
+def test_plain_outputs_keep_their_verdicts_within_the_budget(scorer):
+    results = [scorer.check(REFERENCE, output) for output in PLAIN_OUTPUTS]
+    assert [r.correct for r in results] == PLAIN_VERDICTS
+    assert all(r.over_budget is None and r.cpu_s < CPU_BUDGET_S for r in results), results
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_OUTPUTS))
+def test_a_hostile_output_is_not_verified_within_the_budget(name, scorer, plain_rss_mb):
+    worker = scorer._process.pid if scorer._process else None
+    result = scorer.check(REFERENCE, HOSTILE_OUTPUTS[name])
+    assert result.correct is False
+    assert result.cpu_s <= CPU_BUDGET_S + TICK_SLACK_S, result  # the kernel's count of the problem's process
+    assert result.max_rss_mb <= plain_rss_mb + MEMORY_BUDGET_MB, result
+    if name in RUNAWAY:  # unbounded, math-verify takes seconds to minutes (or gigabytes) on these
+        assert result.over_budget in (
+            f"CPU time: over {CPU_BUDGET_S:g} s (ITIMER_PROF)",
+            f"memory: over {MEMORY_BUDGET_MB} MiB",
+        )
+    else:
+        assert result.over_budget is None, result
+    assert scorer.timeouts == 0 and worker in (None, scorer._process.pid)  # the same worker goes on
+
+
+def test_the_memory_budget_fires_and_caps_the_problem():
+    """(x+1)^1000000 grows past 2 GiB unbounded (2,100 MB of RSS when measured with a 2 GiB budget): with a 64 MiB
+    budget and a CPU budget it cannot reach first, the memory limit stops it, within 64 MiB of a plain problem."""
+    scorer = MathVerifyScorer(cpu_s=60, memory_mb=64)
+    try:
+        plain = scorer.check(REFERENCE, PLAIN_OUTPUTS[0])
+        result = scorer.check(REFERENCE, HOSTILE_OUTPUTS["(x+1)^1000000"])
+        assert (result.correct, result.over_budget) == (False, "memory: over 64 MiB"), result
+        assert plain.max_rss_mb < result.max_rss_mb <= plain.max_rss_mb + 64
+        assert scorer.check(REFERENCE, PLAIN_OUTPUTS[0]).correct  # the worker goes on
+    finally:
+        scorer.close()
+
+
+def test_a_worker_that_gives_no_answer_is_replaced_and_the_problem_not_verified():
+    """The parent's backstop (a worker stuck past ``timeout_s`` of wall time): here with a CPU budget far above it,
+    so that the worker is still working when it fires."""
+    scorer = MathVerifyScorer(timeout_s=1, cpu_s=60)
+    try:
+        assert scorer.correct(REFERENCE, PLAIN_OUTPUTS[0])  # started, and warm
+        first = scorer._process.pid
+        result = scorer.check(REFERENCE, HOSTILE_OUTPUTS["power tower 10^10^10"])
+        assert (result.correct, result.over_budget) == (False, "wall time: no answer within 1 s (worker replaced)")
+        assert scorer.timeouts == 1 and scorer._process is None
+        assert scorer.correct(REFERENCE, PLAIN_OUTPUTS[0]) and scorer._process.pid != first
+    finally:
+        scorer.close()
+
+
+def test_del_eval_score_records_the_budgets_reason_and_counts_it(tmp_path, capsys):
+    """The real path: ``del-eval score`` on the hostile set as GSM8K predictions (none of them is an answer):
+    every record not verified, each runaway with its reason, the set's count of problems over the budget."""
+    names = list(HOSTILE_OUTPUTS)
+    predictions = tmp_path / "predictions.jsonl"
+    rows = [{"id": i, "output": HOSTILE_OUTPUTS[name]} for i, name in enumerate(names)]
+    predictions.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "out"
+    assert cli.main(["score", "--benchmark", "gsm8k", "--predictions", str(predictions), "--out", str(out)]) == 0
+    capsys.readouterr()
+    records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    notes = {names[r["id"]]: r["math_verify_note"] for r in records}
+    assert all(r["math_verify_correct"] is False for r in records)
+    assert sorted(name for name, note in notes.items() if note) == sorted(RUNAWAY), notes
+    entry = json.loads((out / "report.json").read_text())["datasets"][0]
+    assert entry["math_verify"]["over_budget"] == len(RUNAWAY) and entry["math_verify"]["correct"] == 0

@@ -20,15 +20,24 @@ import pytest
 
 from del_plugin.evaluation import cli
 from del_plugin.evaluation.benchmarks import program as program_module
-from del_plugin.evaluation.benchmarks.program import SANDBOXES, UNSANDBOXED, run_programs
+from del_plugin.evaluation.benchmarks.program import SANDBOXES, UNSANDBOXED, run_program, run_programs
 from del_plugin.evaluation.benchmarks.program import folders as program_folders
 from del_plugin.evaluation.benchmarks.program.bwrap import bwrap_command, bwrap_executable, bwrap_problem
 from del_plugin.evaluation.benchmarks.program.choice import sandbox_problem
-from del_plugin.evaluation.benchmarks.program.launch import launcher_settings
-from del_plugin.evaluation.benchmarks.program.mounts import hidden_mounts, python_binds
+from del_plugin.evaluation.benchmarks.program.launch import LAUNCHER, launcher_settings
+from del_plugin.evaluation.benchmarks.program.mounts import ALLOWED_PACKAGES, hidden_mounts, python_binds
 
 from repo import REPO
-from sandbox_programs import CONTROLS, ORDINARY, SECRET_VARIABLE, STOPPED_BY, Observer, run_and_observe, secret_reader
+from sandbox_programs import (
+    CONTROLS,
+    ORDINARY,
+    SECRET_VARIABLE,
+    STOPPED_BY,
+    Observer,
+    answer_hunter,
+    run_and_observe,
+    secret_reader,
+)
 
 UNPRIVILEGED = 64321  # a user (and group) with no account here: nothing on the machine is theirs
 
@@ -118,6 +127,51 @@ def test_ordinary_programs_print_what_they_print_without_the_sandbox(sandbox):
     for (code, printed), run in zip(ORDINARY, runs):
         expected = ("error", "") if printed is None else ("ok", printed)
         assert (run.status, run.stdout) == expected, (code, run)
+
+
+_ALLOWED_IMPORTS = (
+    "\n".join(f"import {name}" for name in ALLOWED_PACKAGES)
+    + """
+import numpy, sympy
+print(int(numpy.array([3, 4]).sum()), sympy.Rational(1, 3) + sympy.Rational(1, 6))
+try:
+    import lm_eval
+except ImportError:
+    print('no lm_eval')
+"""
+)
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES + (UNSANDBOXED,))
+def test_a_program_imports_the_allowed_packages_and_no_other(sandbox):
+    pytest.importorskip("lm_eval")  # installed beside del-eval (the lock): out of sight in a sandbox
+    require(sandbox)
+    run = run_program(_ALLOWED_IMPORTS, sandbox=sandbox, timeout_s=60)
+    assert run.status == "ok", run
+    assert run.stdout == ("7 1/2\n" if sandbox == UNSANDBOXED else "7 1/2\nno lm_eval\n")
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES + (UNSANDBOXED,))
+def test_no_answer_is_found_through_sys_path_and_proc_shows_nothing(sandbox):
+    """lm-eval (in the lock) ships 11 MATH test problems with their answers
+    (``lm_eval/tasks/score/math/to_be_fixed_questions.json``): a program that walks every importable package's
+    data files for them finds none in a sandbox, where it reads no launcher command line and no mount table
+    either (no procfs); without the sandbox it finds the file (so the test can fail) and its launcher's command
+    line holds no setting (they come on stdin)."""
+    lm_eval = pytest.importorskip("lm_eval")
+    require(sandbox)
+    key = Path(lm_eval.__file__).parent / "tasks" / "score" / "math" / "to_be_fixed_questions.json"
+    needles = [problem["problem"][:60] for problem in json.loads(key.read_text(encoding="utf-8"))]
+    run = run_program(answer_hunter(needles), sandbox=sandbox, timeout_s=300)
+    assert run.status == "ok", run
+    result = json.loads(run.stdout)
+    assert result["walked"] > 0  # it read the files it could see (the standard library's, numpy's, ...)
+    if sandbox != UNSANDBOXED:
+        assert result["found"] == [] and set(result["proc"].values()) == {None}, result
+        return
+    assert any(Path(found).samefile(key) for found in result["found"]), result["found"]
+    launcher = result["proc"][next(iter(result["proc"]))].split("\0")  # /proc/<ppid>/cmdline: the launcher
+    assert launcher == [sys.executable, "-I", "-c", LAUNCHER, ""]
 
 
 # ---------------------------------------------------------------------------------------------- another user

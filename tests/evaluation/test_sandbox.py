@@ -22,6 +22,7 @@ from del_plugin.evaluation import cli
 from del_plugin.evaluation.benchmarks import program as program_module
 from del_plugin.evaluation.benchmarks.program import SANDBOXES, UNSANDBOXED, run_program, run_programs
 from del_plugin.evaluation.benchmarks.program import folders as program_folders
+from del_plugin.evaluation.benchmarks.program import mounts as program_mounts
 from del_plugin.evaluation.benchmarks.program.bwrap import bwrap_command, bwrap_executable, bwrap_problem
 from del_plugin.evaluation.benchmarks.program.choice import sandbox_problem
 from del_plugin.evaluation.benchmarks.program.launch import LAUNCHER, launcher_settings
@@ -459,3 +460,28 @@ def test_the_answer_key_is_covered_wherever_a_bind_shows_it(tmp_path):
         [str(sets / "sat" / "sat.json"), "file"],
     ]
     assert [str(tmp_path), "folder"] not in covers
+
+
+def test_folders_of_packages_become_views_of_the_allowed_ones_and_covers_in_them_go(tmp_path, monkeypatch):
+    """Where the package views go (the mounts themselves: the tests above, from inside): each folder of packages
+    under a bind, at every path the binds show it, with the allowed packages that lie in it bound back; a cover of
+    the answer key inside a view but outside its packages is dropped (out of sight already: no mount point), one
+    inside an allowed package or outside every view is kept."""
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "site-packages"
+    for name in ("sympy", "numpy.libs", "lm_eval", "del_plugin/evaluation/data"):
+        (site / name).mkdir(parents=True)
+    monkeypatch.setattr(program_mounts, "package_folders", lambda: (str(site),))
+    monkeypatch.setattr(
+        program_mounts, "allowed_package_paths", lambda: (str(site / "numpy.libs"), str(site / "sympy"))
+    )
+    binds = [(str(venv), str(venv)), (str(venv), "/opt/venv-link")]
+    views = program_mounts.package_views(binds)
+    link = "/opt/venv-link/lib/site-packages"
+    assert views == [
+        [link, [[str(site / "numpy.libs"), f"{link}/numpy.libs"], [str(site / "sympy"), f"{link}/sympy"]]],
+        [str(site), [[str(site / "numpy.libs"), str(site / "numpy.libs")], [str(site / "sympy"), str(site / "sympy")]]],
+    ]
+    covers = [[f"{link}/del_plugin/evaluation/data", "folder"], [str(site / "sympy" / "key.json"), "file"]]
+    covers += [[str(venv / "share" / "sets"), "folder"]]
+    assert program_mounts.shown(covers, views) == covers[1:]

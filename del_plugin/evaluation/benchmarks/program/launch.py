@@ -119,9 +119,7 @@ def launch_program(
         source, out_path, err_path = work / "launch.json", work / "stdout.txt", work / "stderr.txt"
         status_read, status_write = os.pipe()
         settings = launcher_settings(mode, status_write, cpu_seconds, memory_mb << 20, output_bytes, processes, hidden)
-        # a lone surrogate (not Unicode text: JSON's \ud800 makes one) goes in as '?'
-        text = code.encode("utf-8", errors="replace").decode("utf-8")
-        source.write_text(json.dumps({"settings": settings, "source": text}), encoding="utf-8")
+        _write_request(source, settings, code)
         command = [sys.executable, "-I", "-c", LAUNCHER]
         # bwrap run by root runs as nobody, so that the program is not root outside its namespaces
         as_nobody = {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
@@ -165,6 +163,13 @@ def launch_program(
             return ProgramRun("limit", "", "its sandbox was stopped before it ended"), True
         returncode = os.waitstatus_to_exitcode(status)
         return _ending(returncode, out_path, err_path, cpu_seconds, memory_mb, output_bytes), True
+
+
+def _write_request(path: Path, settings: dict, code: str) -> None:
+    """What the launcher reads on its stdin: its settings and the program. A lone surrogate in the program (not
+    Unicode text: JSON's \\ud800 makes one) goes in as '?'."""
+    text = code.encode("utf-8", errors="replace").decode("utf-8")
+    path.write_text(json.dumps({"settings": settings, "source": text}), encoding="utf-8")
 
 
 def _ending(returncode: int, out_path: Path, err_path: Path, cpu_seconds, memory_mb, output_bytes) -> ProgramRun:

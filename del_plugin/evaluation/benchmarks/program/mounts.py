@@ -117,7 +117,11 @@ print(json.dumps({"path": sys.path, "site": paths + site.getsitepackages(), "std
 def _probe() -> dict:
     command = [sys.executable, "-I", "-c", _PROBE, *ALLOWED_PACKAGES]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
-    return json.loads(done.stdout)
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise RuntimeError(f"could not list the packages {sys.executable} -I imports: {why}") from None
 
 
 @functools.cache

@@ -678,9 +678,10 @@ def test_the_cpu_limit_stops_a_program_with_sigxcpu(tmp_path):
 
     status_read, status_write = os.pipe()
     settings = launch.launcher_settings("none", status_write, 1, 512 << 20, 1000, 0)
-    (tmp_path / "source.py").write_text("while True:\n    pass\n")
-    with open(tmp_path / "source.py", "rb") as source:
-        command = [sys.executable, "-I", "-c", launch.LAUNCHER, json.dumps(settings)]
+    request = tmp_path / "launch.json"
+    request.write_text(json.dumps({"settings": settings, "source": "while True:\n    pass\n"}))
+    with open(request, "rb") as source:
+        command = [sys.executable, "-I", "-c", launch.LAUNCHER]
         subprocess.run(command, cwd=tmp_path, stdin=source, pass_fds=(status_write,), timeout=60)
     os.close(status_write)
     with os.fdopen(status_read, "rb") as pipe:

@@ -186,15 +186,18 @@ def reachable_by_everyone(paths: list[str], staging: str) -> list[str]:
     hidden: dict[str, list[str]] = {}
     for path in paths:
         parts = Path(path).parts
-        for depth in range(2, len(parts) + 1):
+        for depth in range(2, len(parts) + int(os.path.isdir(path))):  # folders on the way, and a folder itself
             folder = str(Path(*parts[:depth]))
             if not os.stat(folder).st_mode & 0o001:
                 hidden.setdefault(folder, []).append(path)
                 break
     bound = [(str(i), path) for i, path in enumerate(p for found in hidden.values() for p in found)]
-    commands = [f"mkdir {staging}/{i} && mount --bind {path} {staging}/{i}" for i, path in bound]
+    # a file (a virtual environment's pyvenv.cfg) is bound onto a file, a folder onto a folder
+    make = {path: "mkdir" if os.path.isdir(path) else "touch" for _, path in bound}
+    commands = [f"{make[path]} {staging}/{i} && mount --bind {path} {staging}/{i}" for i, path in bound]
     commands += [f"mount -t tmpfs -o mode=755 tmpfs {folder}" for folder in hidden]
-    commands += [f"mkdir -p {path} && mount --bind {staging}/{i} {path}" for i, path in bound]
+    place = {p: f"mkdir -p {p}" if os.path.isdir(p) else f"mkdir -p {os.path.dirname(p)} && touch {p}" for p in make}
+    commands += [f"{place[path]} && mount --bind {staging}/{i} {path}" for i, path in bound]
     return commands
 
 

@@ -19,6 +19,7 @@ _SANDBOX_FOLDER = "/tmp"  # the program's folder inside a sandbox
 # ... where the Python installation lies under /tmp (a virtual environment made there), which is bound at its own
 # path: in /tmp it would be hidden by the folder's tmpfs (bwrap) or show in the program's folder (namespaces)
 _SANDBOX_FOLDER_BESIDE_TMP = "/del-eval-program"
+_VENV_PARTS = ("pyvenv.cfg", "bin", "lib")
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
 # what a paper's program may import besides the standard library (and what those import): no other installed
@@ -37,12 +38,18 @@ def under(path: str, folders: Sequence[str]) -> bool:
 def python_binds() -> tuple[tuple[str, str], ...]:
     """(real path, path inside) of the Python installation and its virtual environment, under the names the
     interpreter knows them by and their real paths (so that links into either resolve): the only folders of
-    HOME or the working tree a sandboxed program sees (read-only)."""
+    HOME or the working tree a sandboxed program sees (read-only). Of a virtual environment, only what its
+    interpreter reads: ``pyvenv.cfg``, ``bin`` and ``lib`` (not ``share``, ``include``, or what else lies there)."""
     binds = {}
     for prefix in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix):
         for path in (os.path.abspath(prefix), os.path.realpath(prefix)):
-            if os.path.isdir(path) and not under(path, _SYSTEM_DIRS):
-                binds.setdefault(path, os.path.realpath(path))
+            if not os.path.isdir(path) or under(path, _SYSTEM_DIRS):
+                continue
+            parts = _VENV_PARTS if os.path.isfile(os.path.join(path, "pyvenv.cfg")) else ("",)
+            for part in parts:
+                inside = os.path.join(path, part) if part else path
+                if os.path.exists(inside):
+                    binds.setdefault(inside, os.path.realpath(inside))
     return tuple((real, path) for path, real in sorted(binds.items()))  # a folder before the folders inside it
 
 

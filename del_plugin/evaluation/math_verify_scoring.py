@@ -184,7 +184,14 @@ class MathVerifyScorer:
             result = MathVerifyResult(
                 bool(reply.get("correct")), reply.get("over_budget"), reply.get("cpu_s"), reply.get("max_rss_mb")
             )
-            self.over_budget += int(result.over_budget is not None)
+            if result.over_budget is not None:
+                self.over_budget += 1
+                if self.over_budget == 1:  # once a run: each such problem's reason is in its record
+                    LOG.warning(
+                        "math-verify gave a problem no verdict within its budget (%s): counted not verified; the "
+                        "reports record each such problem and its reason",
+                        result.over_budget,
+                    )
             return result
 
     def close_unlocked(self) -> None:

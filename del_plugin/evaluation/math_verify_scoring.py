@@ -95,12 +95,14 @@ def math_verify_inputs(
 @dataclass(frozen=True)
 class MathVerifyResult:
     """math-verify's verdict on one problem: ``correct``; ``over_budget`` why it gave none (the CPU or memory
-    budget, a process that died or stalled), else None; ``cpu_s`` the CPU time the problem took (None: unknown)."""
+    budget, a process that died or stalled), else None; ``cpu_s``, ``max_rss_mb`` and ``memory_limit_mb``: the CPU
+    time, the largest resident memory and the address-space limit of the problem's process (None: unknown)."""
 
     correct: bool
     over_budget: str | None = None
     cpu_s: float | None = None
     max_rss_mb: float | None = None
+    memory_limit_mb: float | None = None
 
 
 class MathVerifyScorer:
@@ -181,9 +183,8 @@ class MathVerifyScorer:
                 )
                 self.close_unlocked()
                 return MathVerifyResult(False, f"wall time: no answer within {self.timeout_s:g} s (worker replaced)")
-            result = MathVerifyResult(
-                bool(reply.get("correct")), reply.get("over_budget"), reply.get("cpu_s"), reply.get("max_rss_mb")
-            )
+            usage = (reply.get(key) for key in ("cpu_s", "max_rss_mb", "memory_limit_mb"))
+            result = MathVerifyResult(bool(reply.get("correct")), reply.get("over_budget"), *usage)
             if result.over_budget is not None:
                 self.over_budget += 1
                 if self.over_budget == 1:  # once a run: each such problem's reason is in its record

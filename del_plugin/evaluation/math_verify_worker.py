@@ -3,7 +3,8 @@ imported: it must not load del-plugin, torch or anything else than math-verify).
 
 One JSON request a line on stdin, ``{"gold": str, "prediction": str, "letters": str}`` (``letters`` empty: a
 number or LaTeX answer), one JSON line back: ``{"correct": bool, "over_budget": None | str, "cpu_s": float,
-"max_rss_mb": float}``; ``over_budget`` says why a problem got no verdict (then ``correct`` is False).
+"max_rss_mb": float, "memory_limit_mb": float}``; ``over_budget`` says why a problem got no verdict (then
+``correct`` is False); the rest is what the kernel counted for the problem's process and its address-space limit.
 
 The budget (per problem, parse and verify together, gold and prediction): each problem is scored in a process
 forked from this one (math-verify and sympy already loaded and warmed, so a fork costs milliseconds), which the
@@ -72,13 +73,13 @@ def _watch_memory_errors(seen: list) -> None:
     monitoring.set_events(_MONITOR_TOOL, monitoring.events.RAISE)
 
 
-def _score_in_child(request: dict, write_fd: int) -> None:
-    """In the forked process: the budget set, the verdict written to ``write_fd``; never returns."""
+def _score_in_child(request: dict, write_fd: int, memory: int) -> None:
+    """In the forked process: the budget set (``memory``: its address-space limit), the verdict written to
+    ``write_fd``; never returns."""
     try:
         signal.signal(signal.SIGPROF, signal.SIG_DFL)  # its default action ends the process
         cpu_hard = math.ceil(CPU_BUDGET_S) + 1
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_hard, cpu_hard))
-        memory = _address_space() + MEMORY_BUDGET_BYTES
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         memory_errors: list = []
         _watch_memory_errors(memory_errors)
@@ -115,10 +116,11 @@ def _ending(status: int, data: bytes) -> dict:
 def score(request: dict) -> dict:
     """One problem scored in a forked process under the budget (see the module docs)."""
     read_fd, write_fd = os.pipe()
+    memory = _address_space() + MEMORY_BUDGET_BYTES  # the child starts with this process's address space
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _score_in_child(request, write_fd)
+        _score_in_child(request, write_fd, memory)
     os.close(write_fd)
     data, stalled = b"", False
     try:
@@ -138,7 +140,8 @@ def score(request: dict) -> dict:
     if stalled:
         answer = {"correct": False, "over_budget": f"wall time: no verdict within {WALL_BACKSTOP_S:g} s"}
     # ru_maxrss: KiB on Linux
-    return answer | {"cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_mb": usage.ru_maxrss / 1024}
+    cpu_s = usage.ru_utime + usage.ru_stime
+    return answer | {"cpu_s": cpu_s, "max_rss_mb": usage.ru_maxrss / 1024, "memory_limit_mb": memory / 2**20}
 
 
 def serve() -> None:

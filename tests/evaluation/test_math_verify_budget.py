@@ -49,7 +49,8 @@ def test_a_hostile_output_is_not_verified_within_the_budget(name, scorer, plain_
     result = scorer.check(REFERENCE, HOSTILE_OUTPUTS[name])
     assert result.correct is False
     assert result.cpu_s <= CPU_BUDGET_S + TICK_SLACK_S, result  # the kernel's count of the problem's process
-    assert result.max_rss_mb <= plain_rss_mb + MEMORY_BUDGET_MB, result
+    # its memory: within its address-space limit, which is the budget above the worker's (and its plain problems')
+    assert plain_rss_mb < result.memory_limit_mb - MEMORY_BUDGET_MB and result.max_rss_mb <= result.memory_limit_mb
     if name in RUNAWAY:  # unbounded, math-verify takes seconds to minutes (or gigabytes) on these
         assert result.over_budget in (
             f"CPU time: over {CPU_BUDGET_S:g} s (ITIMER_PROF)",
@@ -62,13 +63,14 @@ def test_a_hostile_output_is_not_verified_within_the_budget(name, scorer, plain_
 
 def test_the_memory_budget_fires_and_caps_the_problem():
     """(x+1)^1000000 grows past 2 GiB unbounded (2,100 MB of RSS when measured with a 2 GiB budget): with a 64 MiB
-    budget and a CPU budget it cannot reach first, the memory limit stops it, within 64 MiB of a plain problem."""
+    budget and a CPU budget it cannot reach first, the memory limit stops it within its address-space limit."""
     scorer = MathVerifyScorer(cpu_s=60, memory_mb=64)
     try:
         plain = scorer.check(REFERENCE, PLAIN_OUTPUTS[0])
         result = scorer.check(REFERENCE, HOSTILE_OUTPUTS["(x+1)^1000000"])
         assert (result.correct, result.over_budget) == (False, "memory: over 64 MiB"), result
-        assert plain.max_rss_mb < result.max_rss_mb <= plain.max_rss_mb + 64
+        assert result.memory_limit_mb - 64 > plain.max_rss_mb  # the limit: 64 MiB above the worker's address space
+        assert plain.max_rss_mb + 32 < result.max_rss_mb <= result.memory_limit_mb  # it grew, and stopped there
         assert scorer.check(REFERENCE, PLAIN_OUTPUTS[0]).correct  # the worker goes on
     finally:
         scorer.close()

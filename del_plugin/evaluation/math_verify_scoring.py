@@ -12,16 +12,17 @@ What it is given, per problem (:func:`math_verify_inputs`):
   MMLU-math) the reference letter, both read with ``StringExtractionConfig(strings=<the set's letters>)``: a
   letter standing as a word ("B", "B.", "answer: B"; not "(B)"), and no "A" for an output without one.
 
-The budget: math-verify's own timeouts are signal alarms on wall time, and its 20 s stop of a comparison never
-fires on a sympy computation that runs in C (``$10^{10^{10}}$``: about 5 s a problem, ``$(x+1)^{1000000}$``:
-1.8 GB). So it runs in a process of its own (:mod:`.math_verify_worker`), one for the whole run, started at the first
-problem, which scores each problem in a forked process under a hard budget enforced by the kernel: parse and verify
-together, gold and prediction, :data:`CPU_BUDGET_S` second of CPU time and :data:`MEMORY_BUDGET_MB` MiB of memory.
-A problem over it is "not verified" (False) with the reason (:attr:`MathVerifyResult.over_budget`, the record's
-``math_verify_note``, the set's ``over_budget`` count), and the run goes on. A worker that gives no answer within
-:data:`TIMEOUT_S` seconds of wall time (only a stalled machine: the budget stops a slow problem long before) is
-killed and replaced, the problem scored the same way. It works from any thread and never hangs the run. Without
-math-verify installed, every verdict is None and reports say so in one line (:data:`MISSING_NOTE`).
+The budget: math-verify's own timeouts are signal alarms on wall time (5 s per parse and per comparison), which
+let a short hostile answer cost that much (``$10^{10^{10}}$``: about 5 s a problem) and bound no memory
+(``$(x+1)^{1000000}$``: 1.8 GB). So it runs in a process of its own (:mod:`.math_verify_worker`), one for the whole
+run, started at the first problem, which scores each problem in a forked process under a hard budget enforced by
+the kernel: parse and verify together, gold and prediction, :data:`CPU_BUDGET_S` second of CPU time and
+:data:`MEMORY_BUDGET_MB` MiB of memory. A problem over it is "not verified" (False) with the reason
+(:attr:`MathVerifyResult.over_budget`, the record's ``math_verify_note``, the set's ``over_budget`` count), and the
+run goes on. A worker that gives no answer within :data:`TIMEOUT_S` seconds of wall time (only a stalled machine:
+the budget stops a slow problem long before) is killed and replaced, the problem scored the same way. It works
+from any thread and never hangs the run. Without math-verify installed, every verdict is None and reports say so
+in one line (:data:`MISSING_NOTE`).
 """
 
 from __future__ import annotations

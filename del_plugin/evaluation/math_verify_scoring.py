@@ -19,7 +19,10 @@ run, started at the first problem, which scores each problem in a forked process
 the kernel: parse and verify together, gold and prediction, :data:`CPU_BUDGET_S` second of CPU time and
 :data:`MEMORY_BUDGET_MB` MiB of memory. A problem over it is "not verified" (False) with the reason
 (:attr:`MathVerifyResult.over_budget`, the record's ``math_verify_note``, the set's ``over_budget`` count), and the
-run goes on. A worker that gives no answer within :data:`TIMEOUT_S` seconds of wall time (only a stalled machine:
+run goes on. Before any of it, a static guard (:mod:`.math_verify_guard`) reads the prediction and sends no
+answer whose evaluation would explode (a power tower, ``(x+1)^{1000000}``, ``(100!)!``, a deep nest) to
+math-verify: it is not verified at once, with the guard's reason, counted with the rest.
+A worker that gives no answer within :data:`TIMEOUT_S` seconds of wall time (only a stalled machine:
 the budget stops a slow problem long before) is killed and replaced, the problem scored the same way. It works
 from any thread and never hangs the run. Without math-verify installed, every verdict is None and reports say so
 in one line (:data:`MISSING_NOTE`).
@@ -41,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .benchmarks.latex import last_boxed
+from .math_verify_guard import too_costly
 
 LOG = logging.getLogger(__name__)
 
@@ -163,7 +167,13 @@ class MathVerifyScorer:
 
     def check(self, gold: str, prediction: str, letters: str = "") -> MathVerifyResult:
         """math-verify's verdict on ``prediction`` against ``gold``, within the budget (see the module docs)."""
-        request = json.dumps({"gold": gold, "prediction": prediction[-MAX_PREDICTION_CHARS:], "letters": letters})
+        prediction = prediction[-MAX_PREDICTION_CHARS:]
+        reason = too_costly(prediction)  # math_verify_guard: too large to evaluate, no process spent on it
+        if reason is not None:
+            with self._lock:
+                self._count_over_budget(reason)
+            return MathVerifyResult(False, reason, cpu_s=0.0)
+        request = json.dumps({"gold": gold, "prediction": prediction, "letters": letters})
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._process = self._start()
@@ -187,14 +197,17 @@ class MathVerifyScorer:
             usage = (reply.get(key) for key in ("cpu_s", "max_rss_mb", "memory_limit_mb"))
             result = MathVerifyResult(bool(reply.get("correct")), reply.get("over_budget"), *usage)
             if result.over_budget is not None:
-                self.over_budget += 1
-                if self.over_budget == 1:  # once a run: each such problem's reason is in its record
-                    LOG.warning(
-                        "math-verify gave a problem no verdict within its budget (%s): counted not verified; the "
-                        "reports record each such problem and its reason",
-                        result.over_budget,
-                    )
+                self._count_over_budget(result.over_budget)
             return result
+
+    def _count_over_budget(self, reason: str) -> None:
+        self.over_budget += 1
+        if self.over_budget == 1:  # once a run: each such problem's reason is in its record
+            LOG.warning(
+                "math-verify gave a problem no verdict within its budget (%s): counted not verified; the reports "
+                "record each such problem and its reason",
+                reason,
+            )
 
     def close_unlocked(self) -> None:
         if self._process is not None:

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,10 +112,18 @@ class MathVerifyResult:
 
 
 class MathVerifyScorer:
-    """math-verify in its own process (see the module docs); :meth:`correct` is safe to call from any thread."""
+    """math-verify in its own process behind the guard (see the module docs); :meth:`correct` is safe to call from
+    any thread."""
 
-    def __init__(self, timeout_s: float = TIMEOUT_S, cpu_s: float = CPU_BUDGET_S, memory_mb: int = MEMORY_BUDGET_MB):
+    def __init__(
+        self,
+        timeout_s: float = TIMEOUT_S,
+        cpu_s: float = CPU_BUDGET_S,
+        memory_mb: int = MEMORY_BUDGET_MB,
+        guard: Callable[[str], str | None] | None = too_costly,
+    ):
         self.timeout_s = timeout_s
+        self.guard = guard  # None: every answer to math-verify, the budget alone (its tests)
         self.budget = {"cpu_s": cpu_s, "memory_mb": memory_mb}
         self.timeouts = 0
         self.over_budget = 0
@@ -168,7 +177,7 @@ class MathVerifyScorer:
     def check(self, gold: str, prediction: str, letters: str = "") -> MathVerifyResult:
         """math-verify's verdict on ``prediction`` against ``gold``, within the budget (see the module docs)."""
         prediction = prediction[-MAX_PREDICTION_CHARS:]
-        reason = too_costly(prediction)  # math_verify_guard: too large to evaluate, no process spent on it
+        reason = self.guard(prediction) if self.guard else None  # too large to evaluate: no process spent on it
         if reason is not None:
             with self._lock:
                 self._count_over_budget(reason)

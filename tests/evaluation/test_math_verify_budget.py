@@ -1,7 +1,9 @@
 """math-verify's per-problem budget (CPU time and memory, parse and verify together), enforced by the kernel in the
-worker's forked process: hostile GSM8K-style outputs (power towers, huge powers of polynomials, factorial chains,
-deep nests; tests/helpers/hostile_math.py) are each "not verified", the runaways with the budget's reason, the
-worker kept; plain outputs keep their verdicts. No wall-clock assertion: each checks the mechanism (the signal that
+worker's forked process, and the static guard in front of it (del_plugin/evaluation/math_verify_guard.py; its own
+cases in test_math_verify_guard.py): hostile GSM8K-style outputs (power towers, huge powers of polynomials,
+factorial chains, deep nests; tests/helpers/hostile_math.py) are each "not verified" with a reason, the guard's or
+the budget's; with the guard off (``guard=None``) the budget alone stops the runaways, the worker kept; plain
+outputs keep their verdicts. No wall-clock assertion: each checks the mechanism (the guard's reason, the signal that
 stopped the problem, the CPU time and memory the kernel counted for its process)."""
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import pytest
 
 from del_plugin.evaluation import cli
+from del_plugin.evaluation.math_verify_guard import too_costly
 from del_plugin.evaluation.math_verify_scoring import CPU_BUDGET_S, MEMORY_BUDGET_MB, MathVerifyScorer
 
 from hostile_math import HOSTILE_OUTPUTS, PLAIN_OUTPUTS, REFERENCE, RUNAWAY
@@ -24,9 +27,13 @@ PLAIN_VERDICTS = [True, True, True, False, True, True, True, True, True, False]
 PLAIN_VERDICTS += [True, False, True, False, True, False, False, True, True, True]
 
 
+BUDGET_REASONS = (f"CPU time: over {CPU_BUDGET_S:g} s (ITIMER_PROF)", f"memory: over {MEMORY_BUDGET_MB} MiB")
+
+
 @pytest.fixture(scope="module")
 def scorer():
-    scorer = MathVerifyScorer()
+    """The budget alone: the guard off, so that every output reaches math-verify."""
+    scorer = MathVerifyScorer(guard=None)
     yield scorer
     scorer.close()
 
@@ -43,6 +50,25 @@ def test_plain_outputs_keep_their_verdicts_within_the_budget(scorer):
     assert all(r.over_budget is None and r.cpu_s < CPU_BUDGET_S for r in results), results
 
 
+def test_the_guard_and_the_budget_catch_every_hostile_output_each_with_its_reason():
+    """The scorer as runs use it: the guard's reason for what it recognises (no process spent: no CPU counted),
+    the budget's for the rest; plain outputs pass the guard."""
+    scorer = MathVerifyScorer()
+    try:
+        for name, output in HOSTILE_OUTPUTS.items():
+            result, reason = scorer.check(REFERENCE, output), too_costly(output)
+            assert result.correct is False, name
+            if reason is not None:
+                assert reason.startswith("too large to evaluate: ")
+                assert (result.over_budget, result.cpu_s, result.max_rss_mb) == (reason, 0.0, None), name
+            else:
+                assert result.over_budget in BUDGET_REASONS, (name, result)
+        assert scorer.over_budget == len(HOSTILE_OUTPUTS) and scorer.timeouts == 0
+        assert [scorer.correct(REFERENCE, output) for output in PLAIN_OUTPUTS] == PLAIN_VERDICTS
+    finally:
+        scorer.close()
+
+
 @pytest.mark.parametrize("name", list(HOSTILE_OUTPUTS))
 def test_a_hostile_output_is_not_verified_within_the_budget(name, scorer, plain_rss_mb):
     worker = scorer._process.pid if scorer._process else None
@@ -52,10 +78,7 @@ def test_a_hostile_output_is_not_verified_within_the_budget(name, scorer, plain_
     # its memory: within its address-space limit, which is the budget above the worker's (and its plain problems')
     assert plain_rss_mb < result.memory_limit_mb - MEMORY_BUDGET_MB and result.max_rss_mb <= result.memory_limit_mb
     if name in RUNAWAY:  # unbounded, math-verify takes seconds to minutes (or gigabytes) on these
-        assert result.over_budget in (
-            f"CPU time: over {CPU_BUDGET_S:g} s (ITIMER_PROF)",
-            f"memory: over {MEMORY_BUDGET_MB} MiB",
-        )
+        assert result.over_budget in BUDGET_REASONS
     else:
         assert result.over_budget is None, result
     assert scorer.timeouts == 0 and worker in (None, scorer._process.pid)  # the same worker goes on
@@ -64,7 +87,7 @@ def test_a_hostile_output_is_not_verified_within_the_budget(name, scorer, plain_
 def test_the_memory_budget_fires_and_caps_the_problem():
     """(x+1)^1000000 grows past 2 GiB unbounded (2,100 MB of RSS when measured with a 2 GiB budget): with a 64 MiB
     budget and a CPU budget it cannot reach first, the memory limit stops it within its address-space limit."""
-    scorer = MathVerifyScorer(cpu_s=60, memory_mb=64)
+    scorer = MathVerifyScorer(cpu_s=60, memory_mb=64, guard=None)
     try:
         plain = scorer.check(REFERENCE, PLAIN_OUTPUTS[0])
         result = scorer.check(REFERENCE, HOSTILE_OUTPUTS["(x+1)^1000000"])
@@ -79,7 +102,7 @@ def test_the_memory_budget_fires_and_caps_the_problem():
 def test_a_worker_that_gives_no_answer_is_replaced_and_the_problem_not_verified():
     """The parent's backstop (a worker stuck past ``timeout_s`` of wall time): here with a CPU budget far above it,
     so that the worker is still working when it fires."""
-    scorer = MathVerifyScorer(timeout_s=1, cpu_s=60)
+    scorer = MathVerifyScorer(timeout_s=1, cpu_s=60, guard=None)
     try:
         assert scorer.correct(REFERENCE, PLAIN_OUTPUTS[0])  # started, and warm
         first = scorer._process.pid
@@ -93,7 +116,8 @@ def test_a_worker_that_gives_no_answer_is_replaced_and_the_problem_not_verified(
 
 def test_del_eval_score_records_the_budgets_reason_and_counts_it(tmp_path, capsys):
     """The real path: ``del-eval score`` on the hostile set as GSM8K predictions (none of them is an answer):
-    every record not verified, each runaway with its reason, the set's count of problems over the budget."""
+    every record not verified, each with its reason (the guard's where it recognises the output, else the
+    budget's), the set's count of problems over the budget (the guard's among them)."""
     names = list(HOSTILE_OUTPUTS)
     predictions = tmp_path / "predictions.jsonl"
     rows = [{"id": i, "output": HOSTILE_OUTPUTS[name]} for i, name in enumerate(names)]
@@ -104,6 +128,10 @@ def test_del_eval_score_records_the_budgets_reason_and_counts_it(tmp_path, capsy
     records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     notes = {names[r["id"]]: r["math_verify_note"] for r in records}
     assert all(r["math_verify_correct"] is False for r in records)
-    assert sorted(name for name, note in notes.items() if note) == sorted(RUNAWAY), notes
+    for name, note in notes.items():
+        assert note == too_costly(HOSTILE_OUTPUTS[name]) or (
+            too_costly(HOSTILE_OUTPUTS[name]) is None and note in BUDGET_REASONS
+        ), (name, note)
+    assert sum(too_costly(output) is not None for output in HOSTILE_OUTPUTS.values()) >= 18  # the guard's share
     entry = json.loads((out / "report.json").read_text())["datasets"][0]
-    assert entry["math_verify"]["over_budget"] == len(RUNAWAY) and entry["math_verify"]["correct"] == 0
+    assert entry["math_verify"]["over_budget"] == len(HOSTILE_OUTPUTS) and entry["math_verify"]["correct"] == 0

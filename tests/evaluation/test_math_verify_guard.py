@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from del_plugin.evaluation.math_verify_guard import MAX_DEPTH, MAX_DIGITS, MAX_TERMS, too_costly
+from del_plugin.evaluation.math_verify_guard import MAX_BINOMIAL_DIGITS, MAX_DEPTH, MAX_DIGITS, MAX_TERMS, too_costly
 
 from repo import REPO
 
@@ -28,7 +28,7 @@ def _log10_factorial(n: int) -> float:
 
 
 def test_the_limits_are_those_the_docs_argue():
-    assert (MAX_DIGITS, MAX_TERMS, MAX_DEPTH) == (2_000_000, 10_000, 12)
+    assert (MAX_DIGITS, MAX_BINOMIAL_DIGITS, MAX_TERMS, MAX_DEPTH) == (2_000_000, 10_000, 10_000, 12)
 
 
 @pytest.mark.parametrize(
@@ -70,9 +70,17 @@ def test_factorials_on_both_sides_of_the_digit_limit():
 
 
 def test_binomials_on_both_sides_of_the_digit_limit():
-    # C(10^10, k) has about k * log10(e 10^10 / k) digits: k = 10^5, 543,426 (under); k = 10^6, 4.4 million (over)
-    assert too_costly("$\\binom{10^{10}}{10^{5}}$") is None
-    assert too_costly("$\\dbinom{10^{10}}{10^{6}}$").startswith("too large to evaluate: a binomial of 4,")
+    # log10 C(n, k) by the slow oracle: C(33220, 16610) has 9,997.9 digits, C(33230, 16615) 10,000.9
+    def log10_binomial(n, k):
+        return math.fsum(math.log10((n - i) / (i + 1)) for i in range(k))
+
+    assert log10_binomial(33220, 16610) < MAX_BINOMIAL_DIGITS < log10_binomial(33230, 16615)
+    assert too_costly("$\\binom{33220}{16610}$") is None
+    assert too_costly("$\\dbinom{33230}{16615}$") == "too large to evaluate: a binomial of 10,001 digits (limit 10,000)"
+    # C(10^10, 10^5): about 10^5 * log10(e 10^10 / 10^5) = 543,000 digits
+    assert (
+        too_costly("$\\binom{10^{10}}{10^{5}}$") == "too large to evaluate: a binomial of 543,426 digits (limit 10,000)"
+    )
     assert too_costly("$\\binom{n}{10^{6}}$") is None  # a letter: sympy keeps it unevaluated
 
 

@@ -43,7 +43,7 @@ _SKIP = {"\\left", "\\right", "\\big", "\\Big", "\\bigl", "\\bigr", "\\Bigl", "\
 _BINOM = {"\\binom", "\\dbinom", "\\tbinom"}
 _FRAC = {"\\frac", "\\dfrac", "\\tfrac"}
 _CLOSE = set(_OPEN.values())
-_RISKY = re.compile(r"\^|!|\\[dt]?binom")
+_RISKY = re.compile(r"\^|\*\*|!|\\[dt]?binom")
 _BRACKETS = re.compile(r"[{}()\[\]]")
 # what starts no atom: operators, relations, separators, closing brackets (anything else, a letter or a command
 # such as \pi or \text, is a letter: its value unknown)

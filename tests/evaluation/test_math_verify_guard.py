@@ -90,6 +90,9 @@ def test_power_towers_are_named():
     # 9^{9^9} = 9^387,420,489: 387,420,489 * log10(9) = 370 million digits, reached before the top 9
     assert "power tower of 10^9 digits (exponent 10^9;" in too_costly("$9^{9^{9^{9}}}$")
     assert too_costly("$2^{2^{2^{2}}}$") is None  # 2^16 = 65,536
+    # plain arithmetic, as math-verify's expression reader takes it: ** reads the whole number
+    assert too_costly("The answer is 10**10**10.").startswith("too large to evaluate: power tower of 10^10 digits")
+    assert too_costly("The answer is 10**1000.") is None
     assert too_costly("$x^{y^{z}}$") is None
 
 

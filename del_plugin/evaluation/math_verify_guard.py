@@ -154,7 +154,11 @@ class _Reader:
         if self.take() == "^" and (self.peek() or "x")[0] in "0123456789":  # LaTeX: 2^23^3 is 2^2 3^3
             token = self.tokens[self.at]
             self.tokens[self.at : self.at + 1] = [token[0]] + ([token[1:]] if token[1:] else [])
+        braced = self.peek() == "{"  # its group counts the level; else a tower without braces, 2^2^2^...
+        if not braced:
+            self.enter()
         exponent = self.power()
+        self.depth -= not braced
         if exponent.letters:
             return Size(base.log10, True, power=True)
         return self.raised(base, exponent)
@@ -202,11 +206,14 @@ class _Reader:
     def starts_atom(token: str | None) -> bool:
         return token is not None and token not in _NOT_ATOM and token not in _PRODUCT
 
-    def group(self, close: str) -> Size:
-        """Inside a bracket: expressions up to ``close`` (one: its size; several, a tuple: letters)."""
+    def enter(self) -> None:
         self.depth += 1
         if self.depth > MAX_DEPTH:
             raise TooCostly(f"too large to evaluate: nesting depth over {MAX_DEPTH}")
+
+    def group(self, close: str) -> Size:
+        """Inside a bracket: expressions up to ``close`` (one: its size; several, a tuple: letters)."""
+        self.enter()
         sizes = []
         while self.peek() not in (close, None):
             start = self.at

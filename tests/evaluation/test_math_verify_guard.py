@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import random
 
 import pytest
 
@@ -109,7 +110,9 @@ def test_powers_of_sums_on_both_sides_of_the_term_limit(base, terms, exponent_ov
     assert too_costly(f"$x^{{{exponent_over * 100}}}$") is None  # one term: nothing to expand
 
 
-@pytest.mark.parametrize(("opening", "closing"), [("\\frac{1}{", "}"), ("\\sqrt{", "}"), ("(", ")"), ("{", "}")])
+@pytest.mark.parametrize(
+    ("opening", "closing"), [("\\frac{1}{", "}"), ("\\sqrt{", "}"), ("(", ")"), ("{", "}"), ("1^", ""), ("1^{", "}")]
+)
 def test_nesting_on_both_sides_of_the_depth_limit(opening, closing):
     assert too_costly(f"${_nest(opening, closing, MAX_DEPTH)}$") is None
     assert too_costly(f"${_nest(opening, closing, MAX_DEPTH + 1)}$") == (
@@ -156,3 +159,15 @@ def test_no_shipped_answer_or_solution_is_rejected():
     assert len(texts["MATH"]) == 5_000 and len(texts["GSM8K test"]) == 1_319 and len(texts["AQuA"]) > 254
     rejected = [(name, text[:120], too_costly(text)) for name, group in texts.items() for text in group]
     assert [row for row in rejected if row[2] is not None] == []
+
+
+def test_any_text_gets_an_answer_never_an_error():
+    """A seeded fuzz over the guard's own alphabet (numbers, operators, brackets, the commands it reads, unbalanced
+    and deep): a reason or None, never an exception (the guard runs in the scoring thread)."""
+    rng = random.Random(0)
+    alphabet = ["0", "1", "9", "99999999", "0.5", "x", "e", "^", "**", "!", "!!", "+", "-", "/", "\\cdot", "{", "}"]
+    alphabet += ["(", ")", "[", "]", "\\frac", "\\sqrt", "\\binom", "\\left(", "\\right)", "_", "=", ",", "\\!", " "]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
+        reason = too_costly(text)
+        assert reason is None or reason.startswith("too large to evaluate: "), text

@@ -12,7 +12,8 @@ has ``2^N``. Its limits (what they were set from: docs/evaluation.md, "math-veri
 * :data:`MAX_DIGITS` digits for a power or a factorial, :data:`MAX_BINOMIAL_DIGITS` for a binomial (sympy
   computes one far more slowly: ``\\binom{100000}{50000}``, 30,101 digits, took 0.85 s);
 * :data:`MAX_TERMS` terms for an expanded power of a sum;
-* :data:`MAX_DEPTH` nested groups (braces, parentheses, brackets, ``\\frac``, ``\\sqrt``).
+* :data:`MAX_DEPTH` nested groups (braces, parentheses, brackets, ``\\frac``, ``\\sqrt``, an exponent without
+  braces: ``2^2^2``).
 
 It reads the whole text the scorer gives math-verify (its last 8,000 characters: the length bound), prose
 included, as LaTeX or plain arithmetic (``^`` and ``**``, ``{}``, ``()``, ``[]``, ``\\left``/``\\right``,

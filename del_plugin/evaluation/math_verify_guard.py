@@ -172,7 +172,7 @@ class _Reader:
             if log_terms > math.log10(MAX_TERMS) + 1e-9:  # C(10000, 1) is 10,000: at the limit
                 raise TooCostly(
                     f"too large to evaluate: a sum of {base.terms} terms to the power {_say(value)} expands to "
-                    f"{_say_log(log_terms)} terms (limit {MAX_TERMS})"
+                    f"{_say_log(log_terms)} terms (limit {MAX_TERMS:,})"
                 )
             terms = round(10**log_terms)
         else:
@@ -244,7 +244,7 @@ class _Reader:
             return Size(_log10_number(token))
         if token in _FRAC:
             top, bottom = self.argument(), self.argument()
-            return Size(max(top.log10, bottom.log10), top.letters or bottom.letters)
+            return Size(max(top.log10, bottom.log10), top.letters or bottom.letters, top.terms)
         if token == "\\sqrt":
             if self.peek() == "[":
                 self.take()

@@ -108,6 +108,10 @@ def test_powers_of_sums_on_both_sides_of_the_term_limit(base, terms, exponent_ov
     reason = too_costly(f"$\\left({base}\\right)^{{{exponent_over}}}$")
     assert reason.startswith(f"too large to evaluate: a sum of {terms} terms to the power {exponent_over:,} expands")
     assert too_costly(f"$x^{{{exponent_over * 100}}}$") is None  # one term: nothing to expand
+    # a quotient over a number expands as its numerator: ((x+1)/2)^N
+    assert too_costly(f"$(\\frac{{{base}}}{{2}})^{{{exponent_over}}}$").startswith(
+        f"too large to evaluate: a sum of {terms}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,20 @@ What it is given, per problem (:func:`math_verify_inputs`):
   MMLU-math) the reference letter, both read with ``StringExtractionConfig(strings=<the set's letters>)``: a
   letter standing as a word ("B", "B.", "answer: B"; not "(B)"), and no "A" for an output without one.
 
-math-verify's timeouts are signal alarms, which work on a main thread only, and sympy can run away on a huge
-expression. So it runs in a separate process (:mod:`.math_verify_worker`), one for the whole run, started at the
-first problem: its address space is capped at 2 GiB, math-verify's own timeouts hold there, and a problem it has
-not answered within :data:`TIMEOUT_S` seconds is scored wrong and the process is replaced. It works from any thread
-and never hangs the run. Without math-verify installed, every verdict is None and reports say so in one line
-(:data:`MISSING_NOTE`).
+The budget: math-verify's own timeouts are signal alarms on wall time (5 s per parse and per comparison), which
+let a short hostile answer cost that much (``$10^{10^{10}}$``: about 5 s a problem) and bound no memory
+(``$(x+1)^{1000000}$``: 1.8 GB). So it runs in a process of its own (:mod:`.math_verify_worker`), one for the whole
+run, started at the first problem, which scores each problem in a forked process under a hard budget enforced by
+the kernel: parse and verify together, gold and prediction, :data:`CPU_BUDGET_S` second of CPU time and
+:data:`MEMORY_BUDGET_MB` MiB of memory. A problem over it is "not verified" (False) with the reason
+(:attr:`MathVerifyResult.over_budget`, the record's ``math_verify_note``, the set's ``over_budget`` count), and the
+run goes on. Before any of it, a static guard (:mod:`.math_verify_guard`) reads the prediction and sends no
+answer whose evaluation would explode (a power tower, ``(x+1)^{1000000}``, ``(100!)!``, a deep nest) to
+math-verify: it is not verified at once, with the guard's reason, counted with the rest.
+A worker that gives no answer within :data:`TIMEOUT_S` seconds of wall time (only a stalled machine:
+the budget stops a slow problem long before) is killed and replaced, the problem scored the same way. It works
+from any thread and never hangs the run. Without math-verify installed, every verdict is None and reports say so
+in one line (:data:`MISSING_NOTE`).
 """
 
 from __future__ import annotations
@@ -32,24 +40,36 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .benchmarks.latex import last_boxed
+from .math_verify_guard import too_costly
 
 LOG = logging.getLogger(__name__)
 
 __all__ = [
+    "CPU_BUDGET_S",
     "MAX_PREDICTION_CHARS",
+    "MEMORY_BUDGET_MB",
     "MISSING_NOTE",
     "TIMEOUT_S",
+    "MathVerifyResult",
     "MathVerifyScorer",
+    "math_verify_check",
     "math_verify_available",
     "math_verify_inputs",
     "math_verify_verdict",
 ]
 
 MAX_PREDICTION_CHARS = 8_000
-TIMEOUT_S = 20.0
+# the per-problem budget, given to math_verify_worker.py (which imports nothing of del_plugin) when it starts
+CPU_BUDGET_S = 1.0
+MEMORY_BUDGET_MB = 512
+# the worker's own backstop: it kills a problem's process after 30 s of wall time, so this fires only on a worker
+# that is itself stuck
+TIMEOUT_S = 60.0
 # importing sympy and math-verify on a loaded machine
 _START_TIMEOUT_S = 120.0
 MISSING_NOTE = (
@@ -78,19 +98,42 @@ def math_verify_inputs(
     return reference, prediction, ""
 
 
-class MathVerifyScorer:
-    """math-verify in its own process (see the module docs); :meth:`correct` is safe to call from any thread."""
+@dataclass(frozen=True)
+class MathVerifyResult:
+    """math-verify's verdict on one problem: ``correct``; ``over_budget`` why it gave none (the CPU or memory
+    budget, a process that died or stalled), else None; ``cpu_s``, ``max_rss_mb`` and ``memory_limit_mb``: the CPU
+    time, the largest resident memory and the address-space limit of the problem's process (None: unknown)."""
 
-    def __init__(self, timeout_s: float = TIMEOUT_S):
+    correct: bool
+    over_budget: str | None = None
+    cpu_s: float | None = None
+    max_rss_mb: float | None = None
+    memory_limit_mb: float | None = None
+
+
+class MathVerifyScorer:
+    """math-verify in its own process behind the guard (see the module docs); :meth:`correct` is safe to call from
+    any thread."""
+
+    def __init__(
+        self,
+        timeout_s: float = TIMEOUT_S,
+        cpu_s: float = CPU_BUDGET_S,
+        memory_mb: int = MEMORY_BUDGET_MB,
+        guard: Callable[[str], str | None] | None = too_costly,
+    ):
         self.timeout_s = timeout_s
+        self.guard = guard  # None: every answer to math-verify, the budget alone (its tests)
+        self.budget = {"cpu_s": cpu_s, "memory_mb": memory_mb}
         self.timeouts = 0
+        self.over_budget = 0
         self._process: subprocess.Popen | None = None
         self._lock = threading.Lock()
 
     def _start(self) -> subprocess.Popen:
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
         process = subprocess.Popen(
-            [sys.executable, str(_WORKER)],
+            [sys.executable, str(_WORKER), str(self.budget["cpu_s"]), str(self.budget["memory_mb"])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,  # math-verify logs each of its own timeouts there
@@ -99,7 +142,7 @@ class MathVerifyScorer:
             start_new_session=True,
         )
         reply = self._read(process, _START_TIMEOUT_S)
-        if reply is None or not reply.get("ready"):
+        if reply is None or not reply.get("ready") or reply.get("budget") != self.budget:
             self._stop(process)
             raise RuntimeError(f"math-verify did not start ({sys.executable} {_WORKER})")
         return process
@@ -128,8 +171,18 @@ class MathVerifyScorer:
             stream.close()
 
     def correct(self, gold: str, prediction: str, letters: str = "") -> bool:
-        """math-verify's verdict on ``prediction`` against ``gold`` (False when it fails or runs out of time)."""
-        request = json.dumps({"gold": gold, "prediction": prediction[-MAX_PREDICTION_CHARS:], "letters": letters})
+        """math-verify's verdict on ``prediction`` against ``gold`` (False when over the budget: :meth:`check`)."""
+        return self.check(gold, prediction, letters).correct
+
+    def check(self, gold: str, prediction: str, letters: str = "") -> MathVerifyResult:
+        """math-verify's verdict on ``prediction`` against ``gold``, within the budget (see the module docs)."""
+        prediction = prediction[-MAX_PREDICTION_CHARS:]
+        reason = self.guard(prediction) if self.guard else None  # too large to evaluate: no process spent on it
+        if reason is not None:
+            with self._lock:
+                self._count_over_budget(reason)
+            return MathVerifyResult(False, reason, cpu_s=0.0)
+        request = json.dumps({"gold": gold, "prediction": prediction, "letters": letters})
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._process = self._start()
@@ -137,19 +190,33 @@ class MathVerifyScorer:
                 self._process.stdin.write(request.encode() + b"\n")
                 self._process.stdin.flush()
                 reply = self._read(self._process, self.timeout_s)
-            except OSError:  # the worker died (killed from outside): this problem is wrong, the next gets a new one
+            except OSError:  # the worker died (killed from outside): this problem has no verdict, the next a new one
                 reply = None
             except BaseException:  # a Ctrl-C while it works: its late answer must not be read as the next one's
                 self.close_unlocked()
                 raise
             if reply is None:
                 self.timeouts += 1
+                self.over_budget += 1
                 LOG.warning(
-                    "math-verify gave no verdict within %.0f s: scored wrong, its process replaced", self.timeout_s
+                    "math-verify gave no verdict within %.0f s: not verified, its process replaced", self.timeout_s
                 )
                 self.close_unlocked()
-                return False
-            return bool(reply.get("correct"))
+                return MathVerifyResult(False, f"wall time: no answer within {self.timeout_s:g} s (worker replaced)")
+            usage = (reply.get(key) for key in ("cpu_s", "max_rss_mb", "memory_limit_mb"))
+            result = MathVerifyResult(bool(reply.get("correct")), reply.get("over_budget"), *usage)
+            if result.over_budget is not None:
+                self._count_over_budget(result.over_budget)
+            return result
+
+    def _count_over_budget(self, reason: str) -> None:
+        self.over_budget += 1
+        if self.over_budget == 1:  # once a run: each such problem's reason is in its record
+            LOG.warning(
+                "math-verify gave a problem no verdict within its budget (%s): counted not verified; the reports "
+                "record each such problem and its reason",
+                reason,
+            )
 
     def close_unlocked(self) -> None:
         if self._process is not None:
@@ -174,11 +241,21 @@ def _scorer() -> MathVerifyScorer:
         return _SCORER
 
 
-def math_verify_verdict(
+def math_verify_check(
     output: str, reference: str, scoring: str, letters: str = "", solution: str | None = None
-) -> bool | None:
-    """math-verify's verdict on one output (:func:`math_verify_inputs`), or None without math-verify."""
+) -> MathVerifyResult | None:
+    """math-verify's verdict on one output (:func:`math_verify_inputs`) within the budget, or None without
+    math-verify."""
     if not math_verify_available():
         return None
     gold, prediction, letters = math_verify_inputs(output, reference, scoring, letters, solution)
-    return _scorer().correct(gold, prediction, letters)
+    return _scorer().check(gold, prediction, letters)
+
+
+def math_verify_verdict(
+    output: str, reference: str, scoring: str, letters: str = "", solution: str | None = None
+) -> bool | None:
+    """math-verify's verdict on one output (:func:`math_verify_inputs`; False over the budget), or None without
+    math-verify."""
+    result = math_verify_check(output, reference, scoring, letters, solution)
+    return None if result is None else result.correct

@@ -193,6 +193,7 @@ class GenerationMetrics:
     numeric: NumericMetrics | None = None
     math_verify_n: int = 0
     math_verify_correct: int = 0
+    math_verify_over_budget: int = 0
     disagreements: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -214,6 +215,7 @@ class GenerationMetrics:
         if verdict.math_verify is not None:
             self.math_verify_n += 1
             self.math_verify_correct += int(verdict.math_verify)
+            self.math_verify_over_budget += int(verdict.math_verify_note is not None)
             if verdict.math_verify != verdict.correct and problem_id is not None:
                 self.disagreements.append(problem_id)
         self.correct += int(verdict.correct)
@@ -266,8 +268,9 @@ class GenerationMetrics:
         return out
 
     def math_verify_summary(self) -> dict | None:
-        """``{correct, n, accuracy, disagreements}``: math-verify's verdicts, and the ids of the problems on which
-        they differ from the paper's (sorted); None when math-verify gave none (not installed)."""
+        """``{correct, n, accuracy, disagreements, over_budget}``: math-verify's verdicts, the ids of the problems on
+        which they differ from the paper's (sorted), and how many had no verdict within math-verify's budget
+        (counted not verified); None when math-verify gave none (not installed)."""
         if not self.math_verify_n:
             return None
         return {
@@ -275,6 +278,7 @@ class GenerationMetrics:
             "n": self.math_verify_n,
             "accuracy": self.math_verify_correct / self.math_verify_n,
             "disagreements": sorted(self.disagreements),
+            "over_budget": self.math_verify_over_budget,
         }
 
     @classmethod

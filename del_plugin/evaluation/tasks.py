@@ -23,7 +23,7 @@ from .benchmarks.sets import (
     resolve_benchmark_names,
 )
 from .data import DataIssue, check_files_exist, read_eval_set, require_problems
-from .math_verify_scoring import math_verify_available, math_verify_verdict
+from .math_verify_scoring import math_verify_available, math_verify_check
 
 __all__ = [
     "EvalTask",
@@ -70,8 +70,10 @@ class EvalTask:
         else:
             verdict = self.benchmark.score(output, problem.reference)
         letters = "" if self.benchmark is None else self.benchmark.letters
-        equivalent = math_verify_verdict(output, problem.reference, self.scoring, letters, problem.solution)
-        return replace(verdict, math_verify=equivalent)
+        equivalent = math_verify_check(output, problem.reference, self.scoring, letters, problem.solution)
+        if equivalent is None:
+            return verdict
+        return replace(verdict, math_verify=equivalent.correct, math_verify_note=equivalent.over_budget)
 
     def no_answer(self) -> Verdict:
         """The verdict on an output that gives no answer at all (a program that failed), by both scorers."""
@@ -210,6 +212,7 @@ def generation_record(
         "prediction": verdict.prediction,
         "correct": verdict.correct,
         "math_verify_correct": verdict.math_verify,
+        "math_verify_note": verdict.math_verify_note,
         "defaulted": verdict.defaulted,
         "abs_error": abs_error,
         "new_tokens": new_tokens,

@@ -20,15 +20,25 @@ import pytest
 
 from del_plugin.evaluation import cli
 from del_plugin.evaluation.benchmarks import program as program_module
-from del_plugin.evaluation.benchmarks.program import SANDBOXES, UNSANDBOXED, run_programs
+from del_plugin.evaluation.benchmarks.program import SANDBOXES, UNSANDBOXED, run_program, run_programs
 from del_plugin.evaluation.benchmarks.program import folders as program_folders
+from del_plugin.evaluation.benchmarks.program import mounts as program_mounts
 from del_plugin.evaluation.benchmarks.program.bwrap import bwrap_command, bwrap_executable, bwrap_problem
 from del_plugin.evaluation.benchmarks.program.choice import sandbox_problem
-from del_plugin.evaluation.benchmarks.program.launch import launcher_settings
-from del_plugin.evaluation.benchmarks.program.mounts import hidden_mounts, python_binds
+from del_plugin.evaluation.benchmarks.program.launch import LAUNCHER, launcher_settings
+from del_plugin.evaluation.benchmarks.program.mounts import ALLOWED_PACKAGES, hidden_mounts, python_binds
 
 from repo import REPO
-from sandbox_programs import CONTROLS, ORDINARY, SECRET_VARIABLE, STOPPED_BY, Observer, run_and_observe, secret_reader
+from sandbox_programs import (
+    CONTROLS,
+    ORDINARY,
+    SECRET_VARIABLE,
+    STOPPED_BY,
+    Observer,
+    answer_hunter,
+    run_and_observe,
+    secret_reader,
+)
 
 UNPRIVILEGED = 64321  # a user (and group) with no account here: nothing on the machine is theirs
 
@@ -120,6 +130,51 @@ def test_ordinary_programs_print_what_they_print_without_the_sandbox(sandbox):
         assert (run.status, run.stdout) == expected, (code, run)
 
 
+_ALLOWED_IMPORTS = (
+    "\n".join(f"import {name}" for name in ALLOWED_PACKAGES)
+    + """
+import numpy, sympy
+print(int(numpy.array([3, 4]).sum()), sympy.Rational(1, 3) + sympy.Rational(1, 6))
+try:
+    import lm_eval
+except ImportError:
+    print('no lm_eval')
+"""
+)
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES + (UNSANDBOXED,))
+def test_a_program_imports_the_allowed_packages_and_no_other(sandbox):
+    pytest.importorskip("lm_eval")  # installed beside del-eval (the lock): out of sight in a sandbox
+    require(sandbox)
+    run = run_program(_ALLOWED_IMPORTS, sandbox=sandbox, timeout_s=60)
+    assert run.status == "ok", run
+    assert run.stdout == ("7 1/2\n" if sandbox == UNSANDBOXED else "7 1/2\nno lm_eval\n")
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES + (UNSANDBOXED,))
+def test_no_answer_is_found_through_sys_path_and_proc_shows_nothing(sandbox):
+    """lm-eval (in the lock) ships 11 MATH test problems with their answers
+    (``lm_eval/tasks/score/math/to_be_fixed_questions.json``): a program that walks every importable package's
+    data files for them finds none in a sandbox, where it reads no launcher command line and no mount table
+    either (no procfs); without the sandbox it finds the file (so the test can fail) and its launcher's command
+    line holds no setting (they come on stdin)."""
+    lm_eval = pytest.importorskip("lm_eval")
+    require(sandbox)
+    key = Path(lm_eval.__file__).parent / "tasks" / "score" / "math" / "to_be_fixed_questions.json"
+    needles = [problem["problem"][:60] for problem in json.loads(key.read_text(encoding="utf-8"))]
+    run = run_program(answer_hunter(needles), sandbox=sandbox, timeout_s=300)
+    assert run.status == "ok", run
+    result = json.loads(run.stdout)
+    assert result["walked"] > 0  # it read the files it could see (the standard library's, numpy's, ...)
+    if sandbox != UNSANDBOXED:
+        assert result["found"] == [] and set(result["proc"].values()) == {None}, result
+        return
+    assert any(Path(found).samefile(key) for found in result["found"]), result["found"]
+    launcher = result["proc"][next(iter(result["proc"]))].split("\0")  # /proc/<ppid>/cmdline: the launcher
+    assert launcher == [sys.executable, "-I", "-c", LAUNCHER, ""]
+
+
 # ---------------------------------------------------------------------------------------------- another user
 
 
@@ -131,15 +186,18 @@ def reachable_by_everyone(paths: list[str], staging: str) -> list[str]:
     hidden: dict[str, list[str]] = {}
     for path in paths:
         parts = Path(path).parts
-        for depth in range(2, len(parts) + 1):
+        for depth in range(2, len(parts) + int(os.path.isdir(path))):  # folders on the way, and a folder itself
             folder = str(Path(*parts[:depth]))
             if not os.stat(folder).st_mode & 0o001:
                 hidden.setdefault(folder, []).append(path)
                 break
     bound = [(str(i), path) for i, path in enumerate(p for found in hidden.values() for p in found)]
-    commands = [f"mkdir {staging}/{i} && mount --bind {path} {staging}/{i}" for i, path in bound]
+    # a file (a virtual environment's pyvenv.cfg) is bound onto a file, a folder onto a folder
+    make = {path: "mkdir" if os.path.isdir(path) else "touch" for _, path in bound}
+    commands = [f"{make[path]} {staging}/{i} && mount --bind {path} {staging}/{i}" for i, path in bound]
     commands += [f"mount -t tmpfs -o mode=755 tmpfs {folder}" for folder in hidden]
-    commands += [f"mkdir -p {path} && mount --bind {staging}/{i} {path}" for i, path in bound]
+    place = {p: f"mkdir -p {p}" if os.path.isdir(p) else f"mkdir -p {os.path.dirname(p)} && touch {p}" for p in make}
+    commands += [f"{place[path]} && mount --bind {staging}/{i} {path}" for i, path in bound]
     return commands
 
 
@@ -405,3 +463,28 @@ def test_the_answer_key_is_covered_wherever_a_bind_shows_it(tmp_path):
         [str(sets / "sat" / "sat.json"), "file"],
     ]
     assert [str(tmp_path), "folder"] not in covers
+
+
+def test_folders_of_packages_become_views_of_the_allowed_ones_and_covers_in_them_go(tmp_path, monkeypatch):
+    """Where the package views go (the mounts themselves: the tests above, from inside): each folder of packages
+    under a bind, at every path the binds show it, with the allowed packages that lie in it bound back; a cover of
+    the answer key inside a view but outside its packages is dropped (out of sight already: no mount point), one
+    inside an allowed package or outside every view is kept."""
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "site-packages"
+    for name in ("sympy", "numpy.libs", "lm_eval", "del_plugin/evaluation/data"):
+        (site / name).mkdir(parents=True)
+    monkeypatch.setattr(program_mounts, "package_folders", lambda: (str(site),))
+    monkeypatch.setattr(
+        program_mounts, "allowed_package_paths", lambda: (str(site / "numpy.libs"), str(site / "sympy"))
+    )
+    binds = [(str(venv), str(venv)), (str(venv), "/opt/venv-link")]
+    views = program_mounts.package_views(binds)
+    link = "/opt/venv-link/lib/site-packages"
+    assert views == [
+        [link, [[str(site / "numpy.libs"), f"{link}/numpy.libs"], [str(site / "sympy"), f"{link}/sympy"]]],
+        [str(site), [[str(site / "numpy.libs"), str(site / "numpy.libs")], [str(site / "sympy"), str(site / "sympy")]]],
+    ]
+    covers = [[f"{link}/del_plugin/evaluation/data", "folder"], [str(site / "sympy" / "key.json"), "file"]]
+    covers += [[str(venv / "share" / "sets"), "folder"]]
+    assert program_mounts.shown(covers, views) == covers[1:]

@@ -134,6 +134,43 @@ def hostile_programs(planted: str, project: str, scratch: str, port: int, marker
     }
 
 
+def answer_hunter(needles: list[str]) -> str:
+    """A program that looks for the answers of a scored set through every importable package: it walks each
+    ``sys.path`` entry (and its real path), reads every data file there (``.json``, ``.jsonl``, ``.txt``,
+    ``.yaml``, ``.csv``; ``.gz`` decompressed) up to 8 MiB, and lists those holding one of ``needles``; it also
+    reads its launcher's command line (``/proc/<ppid>/cmdline``, ``/proc/1/cmdline``) and the mount table
+    (``/proc/self/mountinfo``, ``/proc/self/mounts``). Prints ``{"found": [files], "proc": {path: text or
+    null}, "walked": files read}``."""
+    return (
+        "import gzip, json, os, sys\n"
+        f"needles = [n.encode() for n in {needles!r}]\n"
+        "found, walked, seen = [], 0, set()\n"
+        "roots = [e for p in sys.path for e in (p, os.path.realpath(p))]\n"
+        "for root in roots:\n"
+        "    for top, folders, files in os.walk(root):\n"
+        "        for name in files:\n"
+        "            path = os.path.join(top, name)\n"
+        "            if path in seen or not name.endswith(('.json', '.jsonl', '.txt', '.yaml', '.csv', '.gz')):\n"
+        "                continue\n"
+        "            seen.add(path)\n"
+        "            try:\n"
+        "                data = open(path, 'rb').read(8 << 20)\n"
+        "                data = gzip.decompress(data) if name.endswith('.gz') else data\n"
+        "            except (OSError, EOFError, ValueError):\n"
+        "                continue\n"
+        "            walked += 1\n"
+        "            found += [path] if any(n in data for n in needles) else []\n"
+        "proc = {}\n"
+        "places = ('/proc/1/cmdline', '/proc/self/mountinfo', '/proc/self/mounts')\n"
+        "for path in (f'/proc/{os.getppid()}/cmdline', *places):\n"
+        "    try:\n"
+        "        proc[path] = open(path, 'rb').read().decode(errors='replace')\n"
+        "    except OSError:\n"
+        "        proc[path] = None\n"
+        "print(json.dumps({'found': sorted(found), 'proc': proc, 'walked': walked}))\n"
+    )
+
+
 # how the sandbox stops each attack: (status, words of its detail); the others fail on what they cannot see
 STOPPED_BY = {
     "fork many processes": ("error", "Resource temporarily unavailable"),  # the process limit

@@ -11,10 +11,13 @@ it: ``"bwrap"`` where bubblewrap is installed and works, else ``"namespaces"``, 
 :mod:`.launcher`; ``"none"`` only when asked for by name):
 
 * its own user, mount, network, PID, IPC and UTS namespaces: no network at all (a network namespace of its own,
-  with nothing in it), no other process in sight (a fresh ``/proc`` of its PID namespace: not the caller's
-  environment or command line), nothing it can signal outside, no new user namespaces;
+  with nothing in it), no other process in sight, nothing it can signal outside, no new user namespaces; an empty
+  ``/proc`` (no procfs: not the caller's environment or command line, not the mount table, which names the
+  host's paths), and the launcher's settings on its stdin, not in its command line;
 * a new root holding only the system's programs and libraries (``/usr``, ``/lib*``, ``/bin``), the Python
-  installation it runs with and its virtual environment, all read-only, a few device nodes, and its folder
+  installation it runs with and its virtual environment, all read-only, of their packages only the standard
+  library and :data:`~.mounts.ALLOWED_PACKAGES` (each folder of packages an empty view with those bound into it:
+  no other package's data, such as lm-eval's task files with MATH answers), a few device nodes, and its folder
   ``/tmp`` (``/del-eval-program`` when the Python installation lies under ``/tmp``), an empty 64 MiB tmpfs that
   is its working directory and ``HOME``: nothing of ``HOME``, the working tree or the rest of the file system;
 * the answer key out of sight: the package's shipped sets (``del_plugin/evaluation/data``) and the folders and

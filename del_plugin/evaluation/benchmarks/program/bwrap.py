@@ -48,10 +48,16 @@ def bwrap_command(settings: dict) -> list[str]:
         command += ["--symlink", target, link]
     for real, path in settings["binds"]:
         command += ["--ro-bind", real, path]
+    for view, packages in settings["views"]:  # an empty folder of packages, the allowed ones bound into it
+        command += ["--tmpfs", view]
+        for real, path in packages:
+            command += ["--ro-bind", real, path]
+        command += ["--remount-ro", view]
     for path, kind in settings["hidden"]:
         command += ["--tmpfs", path, "--remount-ro", path] if kind == "folder" else ["--ro-bind", "/dev/null", path]
-    # --dev mounts a tmpfs of its own, without a size, which "--remount-ro /" leaves writable
+    # --dev mounts a tmpfs of its own, without a size, which "--remount-ro /" leaves writable; no procfs (an
+    # empty /proc): a program's /proc/self/mountinfo would show the host's paths of every bind
     folder = settings["folder"]
-    command += ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc"]
+    command += ["--dev", "/dev", "--remount-ro", "/dev", "--dir", "/proc"]
     command += ["--size", str(PROGRAM_FOLDER_BYTES), "--tmpfs", folder]
     return command + ["--remount-ro", "/", "--chdir", folder, "--"]

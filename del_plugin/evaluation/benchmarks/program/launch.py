@@ -19,8 +19,10 @@ from .mounts import (
     PROGRAM_FOLDER_BYTES,
     PROGRAM_FOLDER_FILES,
     hidden_mounts,
+    package_views,
     python_binds,
     sandbox_folder,
+    shown,
     system_mounts,
 )
 
@@ -78,9 +80,11 @@ def launcher_settings(
     processes: int,
     hidden: Sequence[str] = (),
 ) -> dict:
-    """What the launcher is given (as JSON on its command line): the mode, the limits and the mounts."""
+    """What the launcher is given (as JSON on its stdin, before the program's source: nothing of it in the command
+    line a program could read): the mode, the limits and the mounts."""
     system_binds, links = system_mounts()
     binds = system_binds + python_binds()
+    views = package_views(binds) if mode != UNSANDBOXED else []
     return {
         "mode": mode,
         "status_fd": status_fd,
@@ -92,7 +96,8 @@ def launcher_settings(
         "folder_bytes": PROGRAM_FOLDER_BYTES,
         "folder_files": PROGRAM_FOLDER_FILES,
         "binds": [list(b) for b in binds],
-        "hidden": hidden_mounts(hidden, binds) if mode != UNSANDBOXED else [],
+        "views": views,
+        "hidden": shown(hidden_mounts(hidden, binds), views) if mode != UNSANDBOXED else [],
         "symlinks": [list(link) for link in links],
         "root_uid": _NOBODY,
         "root_gid": _NOBODY,
@@ -111,12 +116,11 @@ def launch_program(
     """Run ``code`` in ``mode`` under the limits given; how it ended, and whether the sandbox started it."""
     cpu_seconds = max(1, int(timeout_s + 0.999))
     with program_folder(unsandboxed=mode == UNSANDBOXED) as work:
-        source, out_path, err_path = work / "program.py", work / "stdout.txt", work / "stderr.txt"
-        # a lone surrogate (not Unicode text: JSON's \ud800 makes one) goes in as '?'
-        source.write_bytes(code.encode("utf-8", errors="replace"))
+        source, out_path, err_path = work / "launch.json", work / "stdout.txt", work / "stderr.txt"
         status_read, status_write = os.pipe()
         settings = launcher_settings(mode, status_write, cpu_seconds, memory_mb << 20, output_bytes, processes, hidden)
-        command = [sys.executable, "-I", "-c", LAUNCHER, json.dumps(settings)]
+        _write_request(source, settings, code)
+        command = [sys.executable, "-I", "-c", LAUNCHER]
         # bwrap run by root runs as nobody, so that the program is not root outside its namespaces
         as_nobody = {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
         if mode == "bwrap":
@@ -159,6 +163,13 @@ def launch_program(
             return ProgramRun("limit", "", "its sandbox was stopped before it ended"), True
         returncode = os.waitstatus_to_exitcode(status)
         return _ending(returncode, out_path, err_path, cpu_seconds, memory_mb, output_bytes), True
+
+
+def _write_request(path: Path, settings: dict, code: str) -> None:
+    """What the launcher reads on its stdin: its settings and the program. A lone surrogate in the program (not
+    Unicode text: JSON's \\ud800 makes one) goes in as '?'."""
+    text = code.encode("utf-8", errors="replace").decode("utf-8")
+    path.write_text(json.dumps({"settings": settings, "source": text}), encoding="utf-8")
 
 
 def _ending(returncode: int, out_path: Path, err_path: Path, cpu_seconds, memory_mb, output_bytes) -> ProgramRun:

@@ -1,18 +1,21 @@
 """The launcher of one model-written program (see :mod:`del_plugin.evaluation.benchmarks.program`).
 
-It is run as ``python -I -c <the source of this file> <settings as JSON>``, with the program's source on stdin,
-its stdout and stderr on files of the caller, and a status pipe on the file descriptor ``status_fd``. It uses the
-standard library only, since it runs outside the project (inside bwrap's sandbox, or in the sandbox it builds).
+It is run as ``python -I -c <the source of this file>``, with ``{"settings": ..., "source": <the program>}`` as
+JSON on stdin (nothing of a run in its command line, which a program could read), its stdout and stderr on files
+of the caller, and a status pipe on the file descriptor ``status_fd``. It uses the standard library only, since it
+runs outside the project (inside bwrap's sandbox, or in the sandbox it builds).
 
 Three modes (``settings["mode"]``):
 
 * ``"namespaces"``: build the sandbox here with Linux namespaces. The launcher unshares a user, mount, network,
   PID, IPC, UTS and cgroup namespace, maps one user (an unprivileged uid, ``nobody``, when it runs as root, so
   that the kernel enforces the process limit; the caller's own uid otherwise), and forks the namespace's init.
-  The init mounts a new root on a tmpfs holding only ``binds`` (read-only), a few device nodes, a fresh
-  ``/proc`` and the program's folder (a small tmpfs), pivots into it, detaches the old root, forbids new user
-  namespaces, and forks the program. When the program ends the init ends, and the kernel kills whatever the
-  program left in its PID namespace.
+  The init mounts a new root on a tmpfs holding only ``binds`` (read-only), the package ``views`` (each folder of
+  packages an empty read-only tmpfs with only the allowed packages bound into it), a few device nodes and the
+  program's folder (a small tmpfs), pivots into it, detaches the old root, forbids new user namespaces (through a
+  fresh ``/proc`` of its PID namespace, unmounted then: the program has an empty ``/proc``, so no mount table
+  naming the host's paths), and forks the program. When the program ends the init ends, and the kernel kills
+  whatever the program left in its PID namespace.
 * ``"bwrap"``: bwrap built the sandbox and runs this as the PID namespace's init (``--as-pid-1``); only the limits
   are set here.
 
@@ -167,6 +170,11 @@ def _build_root(settings, folder):
         os.symlink(target, link)
     for source, target in settings["binds"]:
         _bind_read_only("/.oldroot" + source, target, proc or "/.oldroot/proc")
+    for view, packages in settings["views"]:  # only the allowed packages in each folder of packages
+        _mount("tmpfs", view, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,nr_inodes=256,mode=0755")
+        for source, target in packages:
+            _bind_read_only("/.oldroot" + source, target, proc or "/.oldroot/proc")
+        _mount(None, view, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     for target, kind in settings["hidden"]:  # the answer key: an empty read-only tmpfs (a file: /dev/null) over it
         if kind == "folder":
             _mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=1")
@@ -186,6 +194,8 @@ def _build_root(settings, folder):
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     if proc:  # no user namespaces inside: nothing in which to gain capabilities again (a failure stops the setup)
         _write("/proc/sys/user/max_user_namespaces", "0")
+        # then no /proc: its mountinfo would show the host's path of every bind (the limit above stays)
+        _check(_libc.umount2(b"/proc", MNT_DETACH), "umount /proc")
 
 
 def _drop_privileges(uid, gid):
@@ -294,11 +304,11 @@ def _namespaces(settings, source, status_fd):
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 125)
 
 
-def main(argv):
+def main():
     """Start the program as ``settings`` say; return its source in the program's process (every other process
     of the launcher ends here)."""
-    settings = json.loads(argv[0])
-    source = sys.stdin.buffer.read().decode("utf-8")
+    request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    settings, source = request["settings"], request["source"]
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -316,6 +326,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    _code = compile(main(sys.argv[1:]), "program.py", "exec")
+    _code = compile(main(), "program.py", "exec")
     sys.argv = ["program.py"]
     exec(_code, {"__name__": "__main__", "__builtins__": __builtins__})

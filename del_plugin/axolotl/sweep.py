@@ -38,12 +38,13 @@ def _arm_command(arm_config: str, options: list[str]) -> list[str]:
     return [sys.executable, "-m", "axolotl.cli.main", "train", arm_config, *options]
 
 
-def run_arms(config: str, sweep: str, options: list[str], run=subprocess.run) -> list[tuple[str, int]]:
+def run_arms(config: str, sweep: str, options: list[str], run=None) -> list[tuple[str, int]]:
     """Train each arm of ``sweep`` over ``config`` in turn (``run`` starts one arm's command and returns what
     :func:`subprocess.run` does); ``(output_dir, exit status)`` per arm, in Axolotl's order."""
     import yaml
     from axolotl.cli.utils.train import generate_config_files
 
+    run = run or subprocess.run
     results = []
     for arm_config, _ in generate_config_files(config, sweep):
         try:

@@ -255,7 +255,7 @@ def _generate_batches(lm, prompts: list[list[int]], settings: EvalSettings, desc
 
     # the bar moves with every generated token (fractions of a batch): its count is shown to a tenth
     counted = "{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"
-    with tqdm(total=len(prompts), desc=desc, unit="problem", bar_format=counted) as bar:
+    with tqdm(total=len(prompts), desc=desc, unit="problem", bar_format=counted, mininterval=1.0) as bar:
         yield from generate_greedy(
             lm, prompts, batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens, progress=bar
         )

@@ -67,7 +67,9 @@ def test_the_estimate_line_says_what_it_assumed():
         name, problems = "gsm8k", [object()] * 9
 
     text = format_estimate([Task], probe, 175.0, 100)
-    assert text.startswith("estimate: at most 2.9 min on this machine as loaded now (problems: gsm8k 9; up to 100")
+    assert text.startswith(
+        "estimate: about 2.9 min on this machine as loaded now (problems: gsm8k 9; each generation run to 100 new"
+    )
     assert "a batch of 4 on cpu: prompt pass 2.000 s, 0.5000 s a generated token, teacher-forced 3.000 s" in text
 
 
@@ -89,7 +91,10 @@ def test_run_estimate_prints_the_estimate_and_writes_nothing(digit_model, tmp_pa
     argv = ["run", "--model", str(digit_model), "--benchmarks", "gsm8k", "--limit", "3", "--max-new-tokens", "20"]
     assert cli.main([*argv, "--out", str(out), "--estimate", "--no-teacher-forced"]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("estimate: at most ") and "(problems: gsm8k 3; up to 20 new tokens each)" in printed
+    assert (
+        printed.startswith("estimate: about ")
+        and "(problems: gsm8k 3; each generation run to 20 new tokens)" in printed
+    )
     assert "a batch of 4 on cpu" in printed and "nothing was written" in printed
     assert not out.exists()
 

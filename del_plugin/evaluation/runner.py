@@ -129,8 +129,7 @@ def evaluate(
             if report.is_complete(task.name):
                 LOG.info("%s: already scored in %s, kept", task.name, report.json_path)
         if todo:
-            lm, prompt_format = _load(model, adapter, settings, report)
-            settings = for_device(settings, lm.device)
+            lm, prompt_format, settings = _load(model, adapter, settings, report)
             for task in todo:
                 _run_task(task, lm, prompt_format, settings, report)
     return report.data
@@ -168,7 +167,7 @@ def _log_plan(tasks: Sequence[EvalTask]) -> list[str]:
 
 
 def _load(model, adapter, settings: EvalSettings, report: RunReport):
-    """:func:`load_for_run`, recorded in the report."""
+    """:func:`load_for_run`, recorded in the report; and ``settings`` with the batch size for the device."""
     started = time.perf_counter()
     lm, prompt_format, source = load_for_run(model, adapter, settings)
     report.set_model(
@@ -180,7 +179,7 @@ def _load(model, adapter, settings: EvalSettings, report: RunReport):
         device=lm.device,
     )
     report.add_time("load_s", time.perf_counter() - started)
-    return lm, prompt_format
+    return lm, prompt_format, for_device(settings, lm.device)
 
 
 def load_for_run(model, adapter, settings: EvalSettings):

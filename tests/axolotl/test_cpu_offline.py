@@ -159,12 +159,13 @@ def test_the_venv_default_turns_axolotls_telemetry_off_unless_the_user_set_it(tm
 @NO_GPU
 @pytest.mark.e2e
 def test_a_config_typo_offline_exits_with_the_error(tmp_path):
-    """`axolotl train` on a config with a misspelled key, offline, AXOLOTL_DO_NOT_TRACK unset but for the venv's
-    default: the refusal ends the process (without the default Axolotl's telemetry retried at exit for over five
+    """`axolotl train` on the offline twin with a misspelled key, offline, AXOLOTL_DO_NOT_TRACK unset but for the
+    venv's default: the refusal ends the process (without the default Axolotl's telemetry retried at exit for over five
     minutes). The timeout only catches that hang; the run itself takes under a minute on an idle machine."""
     install_defaults(tmp_path / "site")
-    config = tmp_path / "typo.yml"
-    cfg = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    work = offline_workdir(tmp_path)
+    config = work / "typo.yml"
+    cfg = yaml.safe_load(OFFLINE.read_text(encoding="utf-8"))
     cfg["del_alpah"] = cfg.pop("del_alpha")
     config.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     code = (
@@ -175,7 +176,7 @@ def test_a_config_typo_offline_exits_with_the_error(tmp_path):
     done = subprocess.run(
         python_with_site_dir(tmp_path / "site", code),
         env=env,
-        cwd=tmp_path,
+        cwd=work,
         capture_output=True,
         text=True,
         timeout=240,

@@ -162,6 +162,7 @@ def test_a_config_typo_offline_exits_with_the_error(tmp_path):
     """`axolotl train` on the offline twin with a misspelled key, offline, AXOLOTL_DO_NOT_TRACK unset but for the
     venv's default: the refusal ends the process (without the default Axolotl's telemetry retried at exit for over five
     minutes). The timeout only catches that hang; the run itself takes under a minute on an idle machine."""
+    (tmp_path / "site").mkdir()
     install_defaults(tmp_path / "site")
     work = offline_workdir(tmp_path)
     config = work / "typo.yml"

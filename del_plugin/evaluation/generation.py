@@ -292,7 +292,8 @@ class _StepProgress:
     bound: a batch that ends sooner tops the bar up)."""
 
     def __init__(self, progress, rows: int, max_new_tokens: int):
-        self.progress, self.step, self.left = progress, rows / max_new_tokens, float(rows)
+        # a multiple of 2**-20: sums of such steps are exact in floating point, so the bar ends on the whole count
+        self.progress, self.step, self.left = progress, round(rows / max_new_tokens * 2**20) / 2**20, float(rows)
 
     def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
         if self.left > self.step:

@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["main", "run_arms"]
+from ..inputs import EXIT_OK, EXIT_RUN_FAILED
 
-EXIT_OK, EXIT_ARM_FAILED, EXIT_USAGE = 0, 1, 2
+__all__ = ["main", "run_arms"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'ok    ' if code == 0 else 'FAILED'} {out}" + (f" (axolotl train exited {code})" if code else ""))
     if failed:
         print(f"del sweep: {len(failed)} of {len(results)} arms failed; their errors are above", file=sys.stderr)
-        return EXIT_ARM_FAILED
+        return EXIT_RUN_FAILED
     return EXIT_OK
 
 

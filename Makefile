@@ -27,9 +27,11 @@ $(VENV)/.installed: setup.cfg requirements.lock
 	touch $@
 
 assets: $(VENV)/.installed
-	$(PY) -m tools.assets tokenizers tiny tiny-qwen3 tiny-gemma3 smollm2 deepspeed-configs
+	$(PY) -m tools.assets tokenizers tiny tiny-qwen3 tiny-gemma3 smollm2 deepspeed-configs cpu-example
 
+# .venv's defaults (tools/venv_defaults.py): AXOLOTL_DO_NOT_TRACK=1 where unset, so an offline Axolotl run exits
 setup: assets
+	$(PY) -m tools.venv_defaults
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .

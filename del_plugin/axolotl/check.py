@@ -318,7 +318,7 @@ def _validate(report: Report, args: argparse.Namespace, host: HostOutput, raw: d
         OK,
         "validation",
         f"Axolotl's validation for {described} passed; DEL: criterion {settings.criterion}, del_alpha "
-        f"{settings.alpha}, place weighting {'on' if settings.weighting.enabled else 'off'}",
+        f"{settings.alpha}{settings.described_keys()}",
     )
     return cfg, written
 

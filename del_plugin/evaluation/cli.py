@@ -76,6 +76,8 @@ def _run(args: argparse.Namespace) -> int:
         )
     except ValueError as err:  # e.g. --limit 0: the command line asks for nothing
         raise UsageError(str(err)) from None
+    if args.estimate:
+        return _estimate(args, settings)
     out = Path(args.out)
     report = evaluate(
         args.model,
@@ -93,6 +95,23 @@ def _run(args: argparse.Namespace) -> int:
     skipped = sum(d["skipped"] for d in report["datasets"])
     if skipped:
         print(f"{skipped} line(s) skipped: see the warnings above or report.json", file=sys.stderr)
+    return EXIT_OK
+
+
+def _estimate(args: argparse.Namespace, settings) -> int:
+    """``run --estimate``: the expected time of the run, from a probe; nothing written."""
+    from .estimate import estimate_run, format_estimate
+
+    tasks, probe, seconds = estimate_run(
+        args.model,
+        args.data,
+        benchmarks=args.benchmarks or (),
+        benchmark_dir=args.benchmark_dir,
+        adapter=args.adapter,
+        settings=settings,
+        allow_modified=args.allow_modified,
+    )
+    print(format_estimate(tasks, probe, seconds, settings.max_new_tokens))
     return EXIT_OK
 
 

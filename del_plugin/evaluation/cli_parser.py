@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 
+from .benchmarks.names import resolve_benchmark_names
 from .benchmarks.sets import SHIPPED_NAMES
 from .errors import exit_status_help
 from .generation import MAX_NEW_TOKENS
@@ -46,6 +47,16 @@ _UNSANDBOXED_HELP = (
     "with --program-of-thought: run the programs WITHOUT the sandbox (only CPU, memory and output limits; they "
     "can read your files and use the network), e.g. inside a disposable container where no sandbox works"
 )
+
+
+def _benchmark_list(value: str) -> str:
+    """``--benchmarks``' value, checked as the command line is read: an unknown name (``svmap``) is a wrong command
+    line, exit status 2 with the closest name, as argparse's own errors."""
+    try:
+        resolve_benchmark_names(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +92,7 @@ def _add_run(commands, formatting: dict) -> None:
     run.add_argument("--data", nargs="+", default=[], help="JSONL files, one problem per line")
     run.add_argument(
         "--benchmarks",
+        type=_benchmark_list,
         help=f"comma-separated benchmarks of the paper, or all: {_BENCHMARKS_HELP}",
     )
     run.add_argument(
@@ -98,7 +110,9 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
     """How ``run`` generates and scores (batches, token limit, prompt format, program-of-thought, what it leaves
     out, dtype, device) and whether it replaces another run's report; in --help's order."""
     run.add_argument(
-        "--batch-size", type=int, default=16, help="prompts per generation / teacher-forcing batch (default: 16)"
+        "--batch-size",
+        type=int,
+        help="prompts per generation / teacher-forcing batch (default: 16 on a GPU, 4 on a CPU)",
     )
     run.add_argument(
         "--max-new-tokens",
@@ -122,6 +136,12 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--unsandboxed-programs", action="store_true", help=_UNSANDBOXED_HELP)
     run.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
+    run.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print how long this run would take here (the model loaded and timed on a few tokens; nothing is "
+        "written), and stop",
+    )
     run.add_argument("--no-generate", action="store_true", help="teacher-forced digit metrics only")
     run.add_argument("--no-teacher-forced", action="store_true", help="generation metrics only")
     run.add_argument(
@@ -180,7 +200,10 @@ def _add_lm_eval_tasks(commands, formatting: dict) -> None:
     )
     lm_eval_tasks.add_argument("--out", required=True, help="folder the tasks are written to")
     lm_eval_tasks.add_argument(
-        "--benchmarks", default="all", help=f"comma-separated sets, or all (default): {_BENCHMARKS_HELP}"
+        "--benchmarks",
+        type=_benchmark_list,
+        default="all",
+        help=f"comma-separated sets, or all (default): {_BENCHMARKS_HELP}",
     )
     lm_eval_tasks.add_argument(
         "--benchmark-dir",

@@ -44,6 +44,7 @@ __all__ = [
     "ModelSource",
     "PromptFormat",
     "check_model_source",
+    "device_batch_size",
     "generate_greedy",
     "load_model",
     "resolve_device",
@@ -66,6 +67,18 @@ class LoadedModel:
     adapter: str | None
     dtype: str
     device: str
+
+
+# prompts per generation batch when --batch-size is not given: a GPU runs a batch of 16 in about the time of one
+# prompt; a CPU's time grows with the batch, and a row that ends early waits for the batch's longest, so small
+# batches there (docs/cpu.md, "Evaluating on a CPU", has the measurement)
+DEVICE_BATCH_SIZES = {"cuda": 16, "cpu": 4}
+
+
+def device_batch_size(device: str | torch.device) -> int:
+    """The batch size for ``device`` when none is given (:data:`DEVICE_BATCH_SIZES`; another kind of device takes
+    the CPU's)."""
+    return DEVICE_BATCH_SIZES.get(torch.device(device).type, DEVICE_BATCH_SIZES["cpu"])
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -272,6 +285,28 @@ def _eos_ids(lm: LoadedModel) -> list[int]:
     return ids
 
 
+class _StepProgress:
+    """A stopping criterion that stops nothing: each generation step advances ``progress`` by ``rows /
+    max_new_tokens`` (a batch of ``rows`` problems counts as done at the token limit), so a progress bar counted in
+    problems moves with every token, and its rate and ETA are those of a batch that runs to the limit (an upper
+    bound: a batch that ends sooner tops the bar up)."""
+
+    def __init__(self, progress, rows: int, max_new_tokens: int):
+        # a multiple of 2**-20: sums of such steps are exact in floating point, so the bar ends on the whole count
+        self.progress, self.step, self.left = progress, round(rows / max_new_tokens * 2**20) / 2**20, float(rows)
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        if self.left > self.step:
+            self.progress.update(self.step)
+            self.left -= self.step
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def finish(self) -> None:
+        """The batch is done: the rest of its rows."""
+        self.progress.update(self.left)
+        self.left = 0.0
+
+
 class _StopAtText:
     """A stopping criterion: a row stops once the text of its last ``lookback`` generated tokens holds one of
     ``stops``. Decoding a few tokens per row and step costs far less than transformers' ``stop_strings``, which
@@ -300,7 +335,8 @@ def generate_greedy(
     Yields ``(indices into prompts, decoded completions, completion lengths in tokens, whether each completion
     ended)`` per batch, so the caller can save each batch as it comes. A completion ends at EOS or at a
     ``stop_strings`` entry (the text is cut before it); one that did neither was cut at ``max_new_tokens``.
-    ``progress`` (a tqdm bar) is advanced by the batch size.
+    ``progress`` (a tqdm bar counted in problems) moves with every generated token and reaches the batch's size
+    when the batch is done (:class:`_StepProgress`).
     """
     from transformers import GenerationConfig, StoppingCriteriaList
 
@@ -321,18 +357,18 @@ def generate_greedy(
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
         input_ids, attention, width = _left_padded([prompts[i] for i in indices], pad_id)
+        steps = _StepProgress(progress, len(indices), max_new_tokens) if progress is not None else None
+        criteria = [_StopAtText(tokenizer, stop_strings, width)] if stop_strings else []
         with torch.inference_mode():
             output = model.generate(
                 input_ids=input_ids.to(device),
                 attention_mask=attention.to(device),
                 generation_config=config,
-                stopping_criteria=StoppingCriteriaList([_StopAtText(tokenizer, stop_strings, width)])
-                if stop_strings
-                else None,
+                stopping_criteria=StoppingCriteriaList(criteria + ([steps] if steps else [])) or None,
             )
         texts, lengths, finished = _decoded(tokenizer, output[:, width:].cpu(), eos, pad_id, stop_strings)
-        if progress is not None:
-            progress.update(len(indices))
+        if steps is not None:
+            steps.finish()
         yield indices, texts, lengths, finished
 
 

@@ -31,7 +31,7 @@ from .teacher_forced import TeacherForcedStats
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["EvalSettings", "GENERATIONS_FILE", "evaluate", "read_generations"]
+__all__ = ["EvalSettings", "GENERATIONS_FILE", "evaluate", "for_device", "load_for_run", "read_generations"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class EvalSettings:
     chain-of-thought for the problems it leaves unanswered; off by default, since it executes model-written code.
     ``unsandboxed_programs``: run those programs without the sandbox (only the limits)."""
 
-    batch_size: int = 16
+    batch_size: int | None = None  # None: chosen for the device (generation.DEVICE_BATCH_SIZES)
     max_new_tokens: int = MAX_NEW_TOKENS
     prompt_format: str = "auto"
     limit: int | None = None
@@ -54,7 +54,7 @@ class EvalSettings:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
+        if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
@@ -129,10 +129,23 @@ def evaluate(
             if report.is_complete(task.name):
                 LOG.info("%s: already scored in %s, kept", task.name, report.json_path)
         if todo:
-            lm, prompt_format = _load(model, adapter, settings, report)
+            lm, prompt_format, settings = _load(model, adapter, settings, report)
             for task in todo:
                 _run_task(task, lm, prompt_format, settings, report)
     return report.data
+
+
+def for_device(settings: EvalSettings, device: str) -> EvalSettings:
+    """``settings`` with the batch size chosen for ``device`` where none was given (logged)."""
+    from dataclasses import replace
+
+    from .generation import device_batch_size
+
+    if settings.batch_size is not None:
+        return settings
+    batch_size = device_batch_size(device)
+    LOG.info("batch size %d (chosen for %s; --batch-size sets another)", batch_size, device)
+    return replace(settings, batch_size=batch_size)
 
 
 def _log_plan(tasks: Sequence[EvalTask]) -> list[str]:
@@ -154,12 +167,27 @@ def _log_plan(tasks: Sequence[EvalTask]) -> list[str]:
 
 
 def _load(model, adapter, settings: EvalSettings, report: RunReport):
+    """:func:`load_for_run`, recorded in the report; and ``settings`` with the batch size for the device."""
+    started = time.perf_counter()
+    lm, prompt_format, source = load_for_run(model, adapter, settings)
+    report.set_model(
+        base=lm.base,
+        adapter=lm.adapter,
+        prompt_format=prompt_format.kind,
+        prompt_format_source=source,
+        dtype=lm.dtype,
+        device=lm.device,
+    )
+    report.add_time("load_s", time.perf_counter() - started)
+    return lm, prompt_format, for_device(settings, lm.device)
+
+
+def load_for_run(model, adapter, settings: EvalSettings):
     """The model, and its prompt format with where that came from (``--prompt-format``, the Axolotl config saved
-    with the model, or the tokenizer)."""
+    with the model, or the tokenizer): ``(lm, prompt_format, source)``."""
     from .axolotl_config import resolve_prompt_format
     from .generation import load_model
 
-    started = time.perf_counter()
     try:
         lm = load_model(model, adapter, dtype=settings.dtype, device=settings.device)
     except (OSError, ValueError) as err:  # a folder transformers cannot load: the input, not the run, is at fault
@@ -170,16 +198,7 @@ def _load(model, adapter, settings: EvalSettings, report: RunReport):
     folders = [lm.adapter, str(model) if Path(model).is_dir() else None]
     prompt_format, source = resolve_prompt_format(settings.prompt_format, lm.tokenizer, folders)
     LOG.info("prompt format %s (%s)", prompt_format.kind, source)
-    report.set_model(
-        base=lm.base,
-        adapter=lm.adapter,
-        prompt_format=prompt_format.kind,
-        prompt_format_source=source,
-        dtype=lm.dtype,
-        device=lm.device,
-    )
-    report.add_time("load_s", time.perf_counter() - started)
-    return lm, prompt_format
+    return lm, prompt_format, source
 
 
 def _pad_id(tokenizer) -> int:
@@ -233,7 +252,9 @@ def _generate_batches(lm, prompts: list[list[int]], settings: EvalSettings, desc
 
     from .generation import generate_greedy
 
-    with tqdm(total=len(prompts), desc=desc, unit="problem") as bar:
+    # the bar moves with every generated token (fractions of a batch): its count is shown to a tenth
+    counted = "{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"
+    with tqdm(total=len(prompts), desc=desc, unit="problem", bar_format=counted, mininterval=1.0) as bar:
         yield from generate_greedy(
             lm, prompts, batch_size=settings.batch_size, max_new_tokens=settings.max_new_tokens, progress=bar
         )

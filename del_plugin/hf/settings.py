@@ -66,6 +66,16 @@ class DELSettings:
         """The weight of the digit term added to the loss: ``alpha`` for a digit criterion, else 0."""
         return self.alpha if self.spec.kind == "digit" else 0.0
 
+    def described_keys(self) -> str:
+        """The rest of what decides the loss, as the start-up line and del-check show it after the criterion and
+        weight: ", place weighting on|off" for a criterion that reads the place keys, then each of the criterion's
+        own keys with its value (", del_ntl_float_level true"); "" for a criterion that has neither."""
+        parts = [f"place weighting {'on' if self.weighting.enabled else 'off'}"] if self.spec.place_keys else []
+        for param in self.spec.params:
+            value = self.params[param.name]
+            parts.append(f"{param.key} {str(value).lower() if isinstance(value, bool) else f'{value:g}'}")
+        return "".join(f", {part}" for part in parts)
+
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> DELSettings:
         """Read ``del_alpha``, ``del_criterion``, ``del_place_weighting``, ``del_integer_slope``,

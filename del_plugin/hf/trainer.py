@@ -156,11 +156,11 @@ class DELTrainerMixin:
             self.compute_loss_func = TokenCriterionLoss(settings, state)
         alone = settings.digit_alpha == 0 and spec.kind != "token"
         self.del_log.info(
-            "DEL is on: criterion %s, alpha %s%s, place weighting %s; tokenizer %s: %s",
+            "DEL is on: criterion %s, alpha %s%s%s; tokenizer %s: %s",
             settings.criterion,
             settings.alpha,
             " (cross-entropy alone, digit metrics logged)" if alone else "",
-            "on" if settings.weighting.enabled else "off",
+            settings.described_keys(),
             vocab.name,
             vocab.describe(),
         )

@@ -80,3 +80,41 @@ def test_del_eval_and_the_demo_hold_back_the_hosts_import_notices():
         assert notice in bare and notice not in quiet, (bare, quiet)
     for entry in ("del_plugin/evaluation/cli.py", "experiments/__main__.py"):
         assert "hold_back_import_notices()" in (REPO / entry).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "cfg, keys",
+    [
+        ({}, ", place weighting on"),
+        ({"del_place_weighting": False}, ", place weighting off"),
+        ({"del_criterion": "ntl_number"}, ", del_ntl_float_level false"),
+        ({"del_criterion": "ntl_number", "del_ntl_float_level": True}, ", del_ntl_float_level true"),
+        ({"del_criterion": "dist2", "del_dist2_tau": 0.5}, ", place weighting on, del_dist2_tau 0.5"),
+        ({"del_criterion": "ntl_was"}, ""),
+        ({"del_criterion": "mixce", "del_alpha": 1.0}, ", del_mixce_eta 0.5"),
+    ],
+    ids=["del", "del-unweighted", "ntl-number", "ntl-number-float-level", "dist2", "ntl-was", "mixce"],
+)
+def test_the_start_up_line_names_the_keys_each_criterion_reads(cfg, keys):
+    """`DEL is on: criterion C, alpha A<keys>` (del_plugin/hf/trainer.py) and del-check's validation line: place
+    weighting only for a criterion that reads the place keys (the registry's place_keys), then the criterion's own
+    keys with their values; ntl_number reads no place key."""
+    from del_plugin.core.criteria import CRITERIA
+    from del_plugin.hf.settings import DELSettings
+
+    settings = DELSettings.from_config(cfg)
+    assert settings.described_keys() == keys
+    assert ("place weighting" in keys) == bool(CRITERIA[settings.criterion].place_keys)
+
+
+def test_del_check_names_del_ntl_float_level(tmp_path, capsys):
+    from del_plugin.axolotl.check import main as del_check
+
+    from example_families import write
+
+    config = write(tmp_path, "smollm2-135m-cpu.yml", del_criterion="ntl_number", del_ntl_float_level=True)
+    local = f"HuggingFaceTB/SmolLM2-135M-Instruct={tiny_model_dir('llama-spm')}"
+    status = del_check([str(config), "--cpu", "--local", local])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "DEL: criterion ntl_number, del_alpha 0.03, del_ntl_float_level true\n" in out

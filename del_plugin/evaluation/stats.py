@@ -9,7 +9,13 @@
   paired) and, within each arm, its seeds resampled, so that seed-to-seed spread widens the interval; several sets
   resampled each within itself (stratified), for the mean over sets (mACC);
 * :func:`detectable_difference`: the smallest difference a sample of this size and discordance detects with 80 %
-  power at the 5 % level.
+  power at the 5 % level;
+* one run an arm: :func:`wilson_interval` for an accuracy, :func:`tango_interval` (Tango's score interval for a
+  paired difference) reconciled with the exact test by :func:`paired_difference`, and :func:`mover_mean` for the
+  mean of several sets' differences (Zou and Donner's MOVER);
+* several seeds an arm: :func:`seed_difference`, the training run as the replicate (per-seed accuracies, Welch's t
+  with Satterthwaite's degrees of freedom; Student's t on the pooled seed variance when one arm has a single run),
+  and :func:`t_detectable`, its detectable difference from the noncentral t.
 
 Every resampling is seeded: the same inputs give the same intervals.
 """
@@ -31,7 +37,15 @@ __all__ = [
     "detectable_difference",
     "holm",
     "paired_bootstrap",
+    "mover_mean",
+    "paired_difference",
+    "problems_to_resolve",
+    "seed_difference",
+    "seeds_to_resolve",
     "sign_test_p",
+    "t_detectable",
+    "tango_interval",
+    "wilson_interval",
     "z_quantile",
 ]
 
@@ -87,8 +101,8 @@ def detectable_difference(se: float, confidence: float = CONFIDENCE, power: floa
 
 def discordance_se(wins: int, losses: int, n: int) -> float:
     """Standard error of a paired accuracy difference from its discordant pairs, under no difference:
-    sqrt(wins + losses) / n (at least one discordant pair, so that a sample without any still says what one
-    problem is worth)."""
+    sqrt(wins + losses) / n, counting at least one discordant pair: a sample without any still says what one
+    problem is worth (else its detectable difference would be 0, a claim that nothing can be missed)."""
     return math.sqrt(max(wins + losses, 1)) / n
 
 
@@ -175,3 +189,150 @@ def paired_bootstrap(
         mean_baseline=base.mean(axis=0),
         mean_candidate=cand.mean(axis=0),
     )
+
+
+def wilson_interval(correct: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson's score interval of an accuracy ``correct / n`` (never zero-width, never outside [0, 1])."""
+    z = z_quantile(0.5 + confidence / 2)
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _tango_z(delta: float, wins: int, losses: int, n: int) -> float:
+    """Tango's score statistic for a paired difference ``delta`` (wins: problems only the candidate got right,
+    losses: only the baseline), with the discordance's maximum likelihood estimate constrained to ``delta``."""
+    a = 2 * n
+    b = -wins - losses + (2 * n - wins + losses) * delta
+    c = -losses * delta * (1 - delta)
+    q = (math.sqrt(max(b * b - 4 * a * c, 0.0)) - b) / (2 * a)
+    variance = n * (2 * q + delta * (1 - delta))
+    numerator = wins - losses - n * delta
+    if variance <= 0:
+        return math.copysign(math.inf, numerator) if numerator else 0.0
+    return numerator / math.sqrt(variance)
+
+
+def tango_interval(wins: int, losses: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Tango's (1998) asymptotic score interval for a paired difference of proportions, (wins - losses) / n: the
+    differences its score test does not reject. Inside [-1, 1], never zero-width, good coverage at small n."""
+    from scipy.optimize import brentq
+
+    z = z_quantile(0.5 + confidence / 2)
+    estimate = (wins - losses) / n
+    edge = 1 - 1e-12
+    low = -1.0 if estimate <= -edge else brentq(lambda d: _tango_z(d, wins, losses, n) - z, -edge, estimate)
+    high = 1.0 if estimate >= edge else brentq(lambda d: _tango_z(d, wins, losses, n) + z, estimate, edge)
+    return float(low), float(high)
+
+
+def paired_difference(wins: int, losses: int, n: int, confidence: float = CONFIDENCE) -> dict:
+    """One run an arm: the paired difference (wins - losses) / n, Tango's interval, McNemar's exact p, and the two
+    made to agree: where the exact test does not reject, the interval is stretched to reach 0 (``stretched``), so
+    that an interval never excludes 0 beside a p that says the difference is not resolved."""
+    low, high = tango_interval(wins, losses, n, confidence)
+    p = sign_test_p(wins, losses)
+    stretched = p >= 1 - confidence and (low > 0 or high < 0)
+    if stretched:
+        low, high = min(low, 0.0), max(high, 0.0)
+    return {"value": (wins - losses) / n, "low": low, "high": high, "p": p, "stretched": bool(stretched)}
+
+
+def mover_mean(values: Sequence[float], lows: Sequence[float], highs: Sequence[float]) -> tuple[float, float]:
+    """The interval of the mean of independent differences from each one's interval (MOVER, Zou and Donner 2008:
+    each side's distances to the bounds added in quadrature), kept inside [-1, 1]."""
+    k = len(values)
+    mean = sum(values) / k
+    below = math.sqrt(sum((v - lo) ** 2 for v, lo in zip(values, lows))) / k
+    above = math.sqrt(sum((hi - v) ** 2 for v, hi in zip(values, highs))) / k
+    return max(-1.0, mean - below), min(1.0, mean + above)
+
+
+def t_detectable(se: float, df: float, confidence: float = CONFIDENCE, power: float = POWER) -> float:
+    """The smallest true difference a two-sided t test at ``1 - confidence`` with ``df`` degrees of freedom detects
+    with ``power``, for standard error ``se``: the noncentrality at which the noncentral t clears the critical
+    value ``power`` of the time, times ``se``."""
+    from scipy.optimize import brentq
+    from scipy.stats import nct, t
+
+    critical = float(t.ppf(0.5 + confidence / 2, df))
+
+    def shortfall(ncp: float) -> float:
+        reached = float(nct.sf(critical, df, ncp) + nct.cdf(-critical, df, ncp))
+        return (1.0 if math.isnan(reached) else reached) - power  # scipy's nct gives NaN far in its tail
+
+    return se * float(brentq(shortfall, 0.0, 40.0))
+
+
+def _seed_variance(per_seed: np.ndarray, floor: float) -> float:
+    """An arm's between-seed variance of the accuracy: the sample variance of its runs' accuracies, at least
+    ``floor`` (the part problem-level noise alone puts there, which seed spread can only add to)."""
+    return max(float(np.var(per_seed, ddof=1)), floor)
+
+
+def seed_difference(
+    baseline: np.ndarray, candidate: np.ndarray, floors: tuple[float, float], confidence: float = CONFIDENCE
+) -> dict:
+    """Several seeds an arm: the difference of the arms' mean per-seed accuracies (``baseline``, ``candidate``: one
+    accuracy per training run), the run as the replicate. Both arms with two or more runs: Welch's t, Satterthwaite's
+    degrees of freedom; one arm with a single run: Student's t on the seed variance of the other (``pooled``, the
+    assumption that both recipes spread alike). ``floors``: each arm's problem-level variance of a run's accuracy
+    (:func:`problem_level_variance`), under which its seed variance is not taken."""
+    from scipy.stats import t
+
+    k, m = len(baseline), len(candidate)
+    value = float(np.mean(candidate) - np.mean(baseline))
+    if k >= 2 and m >= 2:
+        var_b, var_c = _seed_variance(baseline, floors[0]), _seed_variance(candidate, floors[1])
+        se2 = var_b / k + var_c / m
+        df = se2**2 / ((var_b / k) ** 2 / (k - 1) + (var_c / m) ** 2 / (m - 1))
+        pooled = False
+    else:
+        arm, floor = (candidate, floors[1]) if m >= 2 else (baseline, floors[0])
+        var_b = var_c = _seed_variance(arm, floor)
+        se2, df, pooled = var_b * (1 / k + 1 / m), len(arm) - 1, True
+    se = math.sqrt(se2)
+    half = float(t.ppf(0.5 + confidence / 2, df)) * se
+    p = float(2 * t.sf(abs(value) / se, df)) if se > 0 else float(value == 0)
+    return {
+        "value": value,
+        "low": max(-1.0, value - half),
+        "high": min(1.0, value + half),
+        "se": se,
+        "df": float(df),
+        "p": p,
+        "pooled": pooled,
+        "detectable": t_detectable(se, df, confidence),
+        "seed_variances": [var_b, var_c],
+    }
+
+
+def problem_level_variance(outcomes: np.ndarray) -> float:
+    """The variance a run's accuracy has from problem-level noise alone, estimated from an arm's runs (seeds x
+    problems, 0/1): the sum over problems of the outcomes' variance across the runs, over problems squared (0 for
+    a single run, which has no second draw to show it)."""
+    runs, n = outcomes.shape
+    if runs < 2:
+        return 0.0
+    return float(np.var(outcomes, axis=0, ddof=1).sum() / (n * n))
+
+
+def seeds_to_resolve(difference: float, seed_variances: Sequence[float], limit: int = 100) -> int | None:
+    """How many runs an arm (the same number in both) would resolve ``difference`` at 80 % power, given each arm's
+    seed variance; None when none up to ``limit`` would (or the difference is 0)."""
+    if difference == 0:
+        return None
+    total = sum(seed_variances)
+    for runs in range(2, limit + 1):
+        if t_detectable(math.sqrt(total / runs), 2 * runs - 2) <= abs(difference):
+            return runs
+    return None
+
+
+def problems_to_resolve(difference: float, detectable: float, problems: int) -> int | None:
+    """How many problems, at this sample's discordance, would resolve ``difference`` at 80 % power (the
+    detectable difference shrinks as 1 / sqrt(problems)); None for a difference of 0."""
+    if difference == 0:
+        return None
+    return math.ceil(problems * (detectable / abs(difference)) ** 2)

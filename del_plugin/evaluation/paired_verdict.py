@@ -6,9 +6,9 @@ One run an arm compares two checkpoints: per set, each accuracy with lm-eval's s
 interval, the difference with Tango's score interval and McNemar's exact test (made to agree:
 :func:`.stats.paired_difference`), the mean over sets by MOVER. Several runs an arm compare two training recipes:
 the run is the replicate (per-run accuracies, Welch's t; Student's t on the pooled seed variance when one arm has a
-single run: :func:`.stats.seed_difference`), problems the second level (each arm's seed variance at least its
-problem-level variance). Either way the sets' p are Holm-adjusted; a difference is resolved when its interval
-excludes 0 and (per set) its adjusted p is below 0.05."""
+single run: :func:`.stats.seed_difference`), problems the second level (a run's accuracy is its mean over them).
+Either way the sets' p are Holm-adjusted; a difference is resolved when its interval excludes 0 and (per set) its
+adjusted p is below 0.05."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from .stats import (
     holm,
     mover_mean,
     paired_difference,
-    problem_level_variance,
     problems_to_resolve,
     seed_difference,
     seeds_to_resolve,
@@ -48,8 +47,8 @@ METHOD_ONE_RUN = (
 METHOD_SEEDS = (
     "several runs an arm: the training run is the replicate and problems the second level (Bouthillier et al. "
     "2021; Miller 2024): each run's accuracy on the paired problems; the difference of the arms' mean run "
-    "accuracies with {test}; each arm's seed variance at least its problem-level variance (the outcomes' variance "
-    "across its runs, per problem, summed over problems squared); Holm-adjusted over the sets; the mean over "
+    "accuracies with {test}, each arm's seed variance at least 1 / (12 problems^2) (never a zero-width "
+    "interval); Holm-adjusted over the sets; the mean over "
     "sets from each run's mean over sets; detectable difference at {power:.0%} power from the noncentral t"
 )
 _WELCH = "Welch's t interval and test (Satterthwaite's degrees of freedom)"
@@ -105,9 +104,9 @@ def _seed_arm(per_run: np.ndarray, variance: float, df: float) -> dict:
     return {"accuracy": value, "se": se, "low": max(0.0, value - half), "high": min(1.0, value + half)}
 
 
-def _seed_stats(per_base: np.ndarray, per_cand: np.ndarray, floors: tuple[float, float]) -> dict:
+def _seed_stats(per_base: np.ndarray, per_cand: np.ndarray, problems: int) -> dict:
     """The difference of per-run accuracies (:func:`.stats.seed_difference`) and each arm's accuracy."""
-    d = seed_difference(per_base, per_cand, floors)
+    d = seed_difference(per_base, per_cand, problems)
     arm_df = [len(per_base) - 1, len(per_cand) - 1]
     arm_df = [df if df >= 1 else max(arm_df) for df in arm_df]  # one run: the other arm's seed variance
     return {
@@ -117,13 +116,12 @@ def _seed_stats(per_base: np.ndarray, per_cand: np.ndarray, floors: tuple[float,
         "discordant": None,
         "p": d["p"],
         "detectable": d["detectable"],
-        "seeds_to_resolve": seeds_to_resolve(d["value"], d["seed_variances"]),
+        "_seed_variances": d["seed_variances"],
     }
 
 
 def _seed_set(s: SetOutcomes) -> dict:
-    floors = (problem_level_variance(s.baseline), problem_level_variance(s.candidate))
-    return _seed_stats(s.baseline.mean(axis=1), s.candidate.mean(axis=1), floors)
+    return _seed_stats(s.baseline.mean(axis=1), s.candidate.mean(axis=1), s.problems)
 
 
 def _resolve(entry: dict, adjusted_p: float | None, labels: tuple[str, str]) -> None:
@@ -173,9 +171,7 @@ def _seed_summary(sets: Sequence[SetOutcomes]) -> dict:
     k = len(sets)
     per_base = sum(s.baseline.mean(axis=1) for s in sets) / k
     per_cand = sum(s.candidate.mean(axis=1) for s in sets) / k
-    floor_b = sum(problem_level_variance(s.baseline) for s in sets) / k**2
-    floor_c = sum(problem_level_variance(s.candidate) for s in sets) / k**2
-    return _seed_stats(per_base, per_cand, (floor_b, floor_c))
+    return _seed_stats(per_base, per_cand, _problems(sets))
 
 
 def outcome_verdict(sets: Sequence[SetOutcomes], labels: tuple[str, str]) -> tuple[list[dict], dict, str]:
@@ -200,6 +196,10 @@ def outcome_verdict(sets: Sequence[SetOutcomes], labels: tuple[str, str]) -> tup
         summary["problems_to_resolve"] = problems_to_resolve(d["value"], summary["detectable"], _problems(sets))
         method = METHOD_ONE_RUN.format(power=POWER)
     else:
+        if not summary["resolved"]:  # what would resolve the difference seen
+            summary["seeds_to_resolve"] = seeds_to_resolve(summary["difference"]["value"], summary["_seed_variances"])
+        for entry in (*entries, summary):
+            entry.pop("_seed_variances", None)
         pooled = any(e["difference"]["pooled"] for e in entries)
         method = METHOD_SEEDS.format(test=_POOLED if pooled else _WELCH, power=POWER)
     return entries, summary, method

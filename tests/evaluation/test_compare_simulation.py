@@ -10,6 +10,7 @@ docs/evaluation.md."""
 from __future__ import annotations
 
 import pytest
+
 from verdict_simulation import Row, binomial_margin, simulate
 
 DATASETS = 200

@@ -47,8 +47,8 @@ METHOD_ONE_RUN = (
 METHOD_SEEDS = (
     "several runs an arm: the training run is the replicate and problems the second level (Bouthillier et al. "
     "2021; Miller 2024): each run's accuracy on the paired problems; the difference of the arms' mean run "
-    "accuracies with {test}, each arm's seed variance at least 1 / (12 problems^2) (never a zero-width "
-    "interval); Holm-adjusted over the sets; the mean over "
+    "accuracies with {test}, each arm's seed variance at least 1 / problems^2 (a run is known to no better "
+    "than one problem); Holm-adjusted over the sets; the mean over "
     "sets from each run's mean over sets; detectable difference at {power:.0%} power from the noncentral t"
 )
 _WELCH = "Welch's t interval and test (Satterthwaite's degrees of freedom)"

@@ -15,7 +15,7 @@ import statistics
 
 import pytest
 from scipy.stats import t as t_dist
-from scipy.stats import ttest_ind
+from scipy.stats import ttest_1samp, ttest_ind
 
 from del_plugin.evaluation import cli, load_benchmark, load_report, score_predictions
 from del_plugin.evaluation.errors import EXIT_USAGE, UsageError
@@ -422,3 +422,22 @@ def test_the_sweeps_report_the_same_verdict_per_setting(tmp_path, gsm8k_referenc
     assert verdicts["del:0.1"]["line"] == direct["line"]
     pooled = 100 * ((20 + 25) / 80 - (10 + 12) / 80)  # each arm's accuracy pooled over its two seeds
     assert verdicts["del:0.1"]["line"].startswith(f"del:0.1 - del:0: {pooled:+.1f} GSM8K points [")
+
+
+def test_the_higher_mean_error_is_never_bold(tmp_path, capsys):
+    # DEL closer on 11 of 12 problems by one, 2,400 off on the last: MAE 200.8 against MLE's 2.0. A sign test on
+    # counts (11 to 1, p 0.006) would bold DEL's MAE; the paired t test on the errors cannot bold the higher mean
+    mle_rows = [{"correct": False, "prediction": "12", "reference": "10", "abs_error": 2.0} for _ in range(12)]
+    del_rows = [{"correct": False, "prediction": "11", "reference": "10", "abs_error": 1.0} for _ in range(11)]
+    del_rows.append({"correct": False, "prediction": "2410", "reference": "10", "abs_error": 2400.0})
+    mle = _data_report(tmp_path / "mle", "MLE", mle_rows)
+    dels = _data_report(tmp_path / "del", "DEL", del_rows)
+    assert sign_test_p(11, 1) < 0.05
+    assert cli.main(["compare", str(mle), str(dels), "--out", str(tmp_path / "c")]) == 0
+    table = capsys.readouterr().out.split("## heldout")[1]
+    del_row = next(line for line in table.splitlines() if line.startswith("| DEL |"))
+    assert "| 200.917 |" in del_row or "200.9" in del_row
+    assert "**200" not in del_row
+    differences = [d["abs_error"] - m["abs_error"] for d, m in zip(del_rows, mle_rows)]
+    assert ttest_1samp(differences, 0.0).pvalue > 0.05  # the errors' own test: not resolved, nothing bold
+    assert "**2.000**" not in table

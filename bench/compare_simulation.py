@@ -23,6 +23,7 @@ sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH.parent / "tests" / "helpers"))
 
 from tqdm import tqdm  # noqa: E402
+
 from verdict_simulation import Row, binomial_margin, simulate  # noqa: E402
 
 GRID = [Row((1, 1), n, discordance=q) for q in (0.2, 0.48) for n in (20, 200, 1000)] + [

@@ -127,9 +127,14 @@ def verdict_markdown(verdict: dict, forest: str | None = None) -> list[str]:
         lines += [
             "",
             f"Scorer: {verdict['scorer']}. Differences in accuracy points; bold: resolved (the interval excludes "
-            "0 and, per set, Holm-adjusted p < 0.05). Discordant +/-: problems only "
-            f"{cand} got right / only {base} (McNemar's exact p). Detectable ±: the smallest difference this "
-            f"sample finds 80 % of the time. Method: {verdict['method']}.",
+            "0 and, per set, Holm-adjusted p < 0.05). "
+            + (
+                f"Discordant +/-: problems only {cand} got right / only {base} (McNemar's exact p). "
+                if verdict["sets"][0]["discordant"]
+                else "± SE: over the runs (the run as the replicate). "
+            )
+            + "Detectable ±: the smallest difference this sample finds 80 % of the time. "
+            f"Method: {verdict['method']}.",
         ]
         if forest:
             lines += ["", f"![{cand} - {base} per set, 95 % intervals]({forest})"]

@@ -179,9 +179,9 @@ def refuse_unpairable_runs(runs: Sequence[dict], paths: Sequence[Path]) -> None:
     between runs (its sha256: UnusableInput) cannot be paired."""
     seen: dict[str, str] = {}
     for report, path in zip(runs, paths):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        raw = path.read_bytes()
         folder = str(path.parent.resolve())
-        for key in (folder, digest):
+        for key in (folder, hashlib.sha256(raw).hexdigest()) if raw.strip() else (folder,):  # empty: nothing to pair
             if key in seen:
                 raise UsageError(
                     f"{report.get('_path')}: the same run as {seen[key]} (the same folder or identical "

@@ -7,13 +7,15 @@
 * :func:`paired_bootstrap`: the paired accuracy difference of two arms (one run each, or several seeds each) over
   the problems both scored, with a two-stage bootstrap: problems resampled (the same for both arms: they are
   paired) and, within each arm, its seeds resampled, so that seed-to-seed spread widens the interval; several sets
-  resampled each within itself (stratified), for the mean over sets (mACC);
+  resampled each within itself (stratified), for the mean over sets (mACC). The demo's findings
+  (experiments/findings.py) use it; ``del-eval compare``'s verdict does not (its coverage with seeds was off:
+  docs/evaluation.md, "the verdict");
 * :func:`detectable_difference`: the smallest difference a sample of this size and discordance detects with 80 %
   power at the 5 % level;
-* one run an arm: :func:`wilson_interval` for an accuracy, :func:`tango_interval` (Tango's score interval for a
+* the verdict, one run an arm: :func:`wilson_interval` for an accuracy, :func:`tango_interval` (Tango's score interval for a
   paired difference) reconciled with the exact test by :func:`paired_difference`, and :func:`mover_mean` for the
   mean of several sets' differences (Zou and Donner's MOVER);
-* several seeds an arm: :func:`seed_difference`, the training run as the replicate (per-seed accuracies, Welch's t
+* the verdict, several seeds an arm: :func:`seed_difference`, the training run as the replicate (per-seed accuracies, Welch's t
   with Satterthwaite's degrees of freedom; Student's t on the pooled seed variance when one arm has a single run),
   and :func:`t_detectable`, its detectable difference from the noncentral t.
 

@@ -12,12 +12,12 @@
   docs/evaluation.md, "the verdict");
 * :func:`detectable_difference`: the smallest difference a sample of this size and discordance detects with 80 %
   power at the 5 % level;
-* the verdict, one run an arm: :func:`wilson_interval` for an accuracy, :func:`tango_interval` (Tango's score interval for a
-  paired difference) reconciled with the exact test by :func:`paired_difference`, and :func:`mover_mean` for the
-  mean of several sets' differences (Zou and Donner's MOVER);
-* the verdict, several seeds an arm: :func:`seed_difference`, the training run as the replicate (per-seed accuracies, Welch's t
-  with Satterthwaite's degrees of freedom; Student's t on the pooled seed variance when one arm has a single run),
-  and :func:`t_detectable`, its detectable difference from the noncentral t.
+* the verdict, one run an arm: :func:`wilson_interval` for an accuracy, :func:`tango_interval` (Tango's score
+  interval for a paired difference) reconciled with the exact test by :func:`paired_difference`, and
+  :func:`mover_mean` for the mean of several sets' differences (Zou and Donner's MOVER);
+* the verdict, several seeds an arm: :func:`seed_difference`, the training run as the replicate (per-seed
+  accuracies, Welch's t with Satterthwaite's degrees of freedom; Student's t on the pooled seed variance when one
+  arm has a single run), and :func:`t_detectable`, its detectable difference from the noncentral t.
 
 Every resampling is seeded: the same inputs give the same intervals.
 """

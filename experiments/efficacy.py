@@ -179,12 +179,12 @@ def compare_verdicts(runs: Sequence[dict], reference: str) -> dict[str, dict]:
                 [load_report(Path(r["generations"]).parent / "report.json") for r in arm]
                 for arm in (by_setting[reference], group)
             ]
+            # runs compare refuses to pair (other problems, the same run twice, a bad record): said in the line
+            out[setting] = compare_arms(reports[0], reports[1], (reference, setting))
         except (OSError, ValueError) as err:
             line = f"{setting} - {reference}: cannot be tested: {err}"
             labels = {"baseline": {"label": reference}, "candidate": {"label": setting}}
             out[setting] = {"line": line, "sets": [], "notes": [], **labels}
-            continue
-        out[setting] = compare_arms(reports[0], reports[1], (reference, setting))
     return out
 
 

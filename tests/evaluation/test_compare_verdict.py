@@ -13,6 +13,7 @@ import json
 import math
 import statistics
 
+import numpy as np
 import pytest
 from scipy.stats import t as t_dist
 from scipy.stats import ttest_1samp, ttest_ind
@@ -30,6 +31,8 @@ from del_plugin.evaluation.stats import (
     wilson_interval,
 )
 from del_plugin.evaluation.verdict import compare_arms, log_error
+
+from repo import REPO
 
 Z = 1.959963984540054  # the normal 0.975 quantile
 
@@ -441,3 +444,18 @@ def test_the_higher_mean_error_is_never_bold(tmp_path, capsys):
     differences = [d["abs_error"] - m["abs_error"] for d, m in zip(del_rows, mle_rows)]
     assert ttest_1samp(differences, 0.0).pvalue > 0.05  # the errors' own test: not resolved, nothing bold
     assert "**2.000**" not in table
+
+
+def test_the_detectable_difference_counts_at_least_one_discordant_pair():
+    """No discordant pair (the runs right on the same problems): the detectable difference is that of one pair,
+    2.80 / n, as docs/evaluation.md states, not 0 (which would claim the sample misses nothing)."""
+    from del_plugin.evaluation.paired_verdict import SetOutcomes, outcome_verdict
+
+    same = np.array([[1] * 30 + [0] * 70], dtype=np.int8)
+    (entry,), summary, _ = outcome_verdict([SetOutcomes("s", "s", False, same, same.copy())], ("A", "B"))
+    assert entry["discordant"] == {"candidate_only": 0, "baseline_only": 0}
+    assert entry["detectable"] == pytest.approx((Z + 0.8416212335729143) * 1 / 100)
+    assert entry["difference"]["low"] < 0 < entry["difference"]["high"]  # Tango's: not [0, 0]
+    assert summary["problems_to_resolve"] is None  # a difference of 0 is resolved by no sample
+    docs = (REPO / "docs" / "evaluation.md").read_text()
+    assert "counting **at least one discordant pair**" in docs

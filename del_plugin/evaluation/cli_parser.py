@@ -244,7 +244,8 @@ def _add_compare(commands, formatting: dict) -> None:
         "--resamples",
         type=_resamples,
         default=None,
-        help="accepted for older scripts and ignored (with a warning): the verdict no longer resamples",
+        help="has no effect: accepted (100 to 100,000, with a warning) so that older scripts still run; the "
+        "verdict no longer resamples",
     )
 
 

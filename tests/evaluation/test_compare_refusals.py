@@ -5,6 +5,7 @@ and writes no output folder. Reports are written by ``del-eval score`` and then 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 
 import pytest
@@ -165,12 +166,31 @@ def test_the_same_run_twice_is_refused(pair, tmp_path, capsys):
     _refused(capsys, tmp_path, ["--baseline", base, "--candidate", cand, copy], EXIT_USAGE, "the same run as")
 
 
-@pytest.mark.parametrize("resamples", ["100000000000000", "10", "many"])
+@pytest.mark.parametrize("resamples", ["100000000000000", "10", "100001", "many"])
 def test_resamples_is_bounded(resamples, pair, tmp_path, capsys):
+    """Out of range or not an integer: exit 2, argparse's usage then one error line naming the flag, no traceback."""
+    capsys.readouterr()
     with pytest.raises(SystemExit) as stop:
         cli.main(["compare", *map(str, pair), "--out", str(tmp_path / "c"), "--resamples", resamples])
-    assert stop.value.code == EXIT_USAGE and "--resamples" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert stop.value.code == EXIT_USAGE and "Traceback" not in err
+    assert len(errors) == 1 and "argument --resamples: " in errors[0], err
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("resamples", ["100", "100000"])
+def test_resamples_in_range_has_no_effect(resamples, pair, tmp_path, caplog):
+    """An older script's --resamples still runs: a warning says it is ignored, and the verdict is the one written
+    without it."""
+    plain, given = tmp_path / "plain", tmp_path / "given"
+    assert cli.main(["compare", *map(str, pair), "--out", str(plain)]) == 0
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert cli.main(["compare", *map(str, pair), "--out", str(given), "--resamples", resamples]) == 0
+    assert any(f"--resamples {resamples}: " in r.getMessage() and "ignored" in r.getMessage() for r in caplog.records)
+    verdicts = [json.loads((out / "comparison.json").read_text())["verdict"] for out in (plain, given)]
+    assert verdicts[0] == verdicts[1] and verdicts[0]["sets"]
 
 
 def test_small_samples_say_what_they_cannot_resolve(tmp_path, references, capsys):

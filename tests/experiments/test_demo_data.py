@@ -11,7 +11,7 @@ import pytest
 
 from del_plugin.evaluation.answers import extract_answer, find_numbers, is_correct
 from del_plugin.evaluation.data import read_eval_set
-from del_plugin.evaluation.stats import sign_test_p
+from del_plugin.evaluation.stats import sign_test_p, tango_interval
 from experiments.findings import accuracy_difference_interval, findings_text, paired_lower, paired_outcomes
 from experiments.problems import (
     TEMPLATES,
@@ -181,8 +181,12 @@ def test_findings_follow_the_numbers(tmp_path, del_right):
     reports = {"base": _report(0, n, 9.0, 2.0), "MLE": _report(1, n, 5.0, 1.5), "DEL": _report(del_right, n, 4.0, 1.0)}
     text = " ".join(findings_text(reports, generations, alpha=0.1))
     if del_right == 12:  # 11 problems only DEL got right, none only MLE: p = 2 / 2^11
-        low, high = (100 * x for x in accuracy_difference_interval(generations["MLE"], generations["DEL"]))
-        assert 0 < low < 55 < high  # the paired bootstrap's interval, which excludes 0
+        # compare's interval for one run an arm (Tango's, tested against its published example in
+        # tests/evaluation/test_compare_verdict.py), which excludes 0 as the exact test rejects
+        interval = accuracy_difference_interval(generations["MLE"], generations["DEL"])
+        assert interval == tango_interval(11, 0, n)
+        low, high = (100 * x for x in interval)
+        assert 0 < low < 55 < high
         assert f"DEL is better than MLE on accuracy (+55.0 points, 95 % interval [{low:+.1f}, {high:+.1f}])" in text
         assert f"p = {2 / 2**11:.3f}" in text
     else:

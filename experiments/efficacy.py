@@ -160,8 +160,9 @@ def paired_comparisons(runs: Sequence[dict], reference: str, metrics: Sequence[M
 
 def compare_verdicts(runs: Sequence[dict], reference: str) -> dict[str, dict]:
     """Per setting, ``del-eval compare``'s verdict against ``reference``: its runs (one per seed) against the
-    reference's, paired problem by problem, the problems and the seeds resampled. A setting whose reports cannot be
-    read gets the verdict's "cannot be tested" line; one whose runs record no generations is left out."""
+    reference's, paired problem by problem, the training run the replicate (Welch's t on the runs' accuracies). A
+    setting whose reports cannot be read or paired gets the verdict's "cannot be tested" line; one whose runs record
+    no generations is left out."""
     from del_plugin.evaluation.report import load_report
     from del_plugin.evaluation.verdict import compare_arms
 

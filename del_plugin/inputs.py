@@ -110,11 +110,17 @@ EXIT_STATUS_TABLES = {
     ("del-eval", "compare"): (
         (EXIT_OK, "done: the comparison is written"),
         (EXIT_RUN_FAILED, "stopped on an unexpected error (the traceback says where)"),
-        (EXIT_USAGE, "the command line is wrong (an unknown option, a missing one, --labels not one per report)"),
+        (
+            EXIT_USAGE,
+            "the command line is wrong (an unknown option, a missing one, --labels not one per report), or asks "
+            "for a verdict that cannot be made as given: runs that scored different problems (without "
+            "--intersection), the same run twice, --scorer math-verify on reports without its verdicts",
+        ),
         (
             EXIT_UNUSABLE_INPUT,
             "a report cannot be used, and nothing was written: missing, unreadable, not UTF-8, not a del-eval "
-            "report; a missing package",
+            "report (a bad record, a problem twice, NaN, a file outside its folder), sets scored on different "
+            "files; a missing package",
         ),
         (EXIT_UNWRITABLE_OUTPUT, _OUT_UNWRITABLE),
         *_SIGNALS,

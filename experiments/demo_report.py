@@ -43,6 +43,7 @@ class DemoRun:
     wall: float  # seconds, model set-up excluded
     cpu: float  # CPU seconds of this process and its children
     load: tuple[float, float, float]  # os.getloadavg() at the start
+    verdict_refused: str | None = None  # compare's "cannot be tested" line where it refused to pair MLE and DEL
 
     @property
     def command(self) -> str:
@@ -107,6 +108,7 @@ def _results_lines(run: DemoRun, findings: list[str], table: str, end_load: floa
             "",
         ]
         + [f"- {line}" for line in findings]
+        + ([] if run.verdict_refused is None else ["", run.verdict_refused])
         + ["", table.strip(), "", "## Plots", ""]
     )
 
@@ -126,6 +128,7 @@ def _summary(run: DemoRun, findings: list[str], end_load: float) -> dict:
             "max_new_tokens": run.args.max_new_tokens,
         },
         "findings": findings,
+        "verdict_refused": run.verdict_refused,
         "models": {
             k: {
                 "generation": r["overall"].get("generation"),

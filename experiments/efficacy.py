@@ -160,8 +160,9 @@ def paired_comparisons(runs: Sequence[dict], reference: str, metrics: Sequence[M
 
 def compare_verdicts(runs: Sequence[dict], reference: str) -> dict[str, dict]:
     """Per setting, ``del-eval compare``'s verdict against ``reference``: its runs (one per seed) against the
-    reference's, paired problem by problem, the problems and the seeds resampled. A setting whose reports cannot be
-    read gets the verdict's "cannot be tested" line; one whose runs record no generations is left out."""
+    reference's, paired problem by problem, the training run the replicate (Welch's t on the runs' accuracies). A
+    setting whose reports cannot be read or paired gets the verdict's "cannot be tested" line; one whose runs record
+    no generations is left out."""
     from del_plugin.evaluation.report import load_report
     from del_plugin.evaluation.verdict import compare_arms
 
@@ -179,12 +180,12 @@ def compare_verdicts(runs: Sequence[dict], reference: str) -> dict[str, dict]:
                 [load_report(Path(r["generations"]).parent / "report.json") for r in arm]
                 for arm in (by_setting[reference], group)
             ]
+            # runs compare refuses to pair (other problems, the same run twice, a bad record): said in the line
+            out[setting] = compare_arms(reports[0], reports[1], (reference, setting))
         except (OSError, ValueError) as err:
             line = f"{setting} - {reference}: cannot be tested: {err}"
             labels = {"baseline": {"label": reference}, "candidate": {"label": setting}}
             out[setting] = {"line": line, "sets": [], "notes": [], **labels}
-            continue
-        out[setting] = compare_arms(reports[0], reports[1], (reference, setting))
     return out
 
 

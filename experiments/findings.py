@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from del_plugin.evaluation.stats import ArmOutcomes, Bootstrap, paired_bootstrap, sign_test_p
+from del_plugin.evaluation.stats import paired_difference, sign_test_p
 
 __all__ = ["accuracy_difference_interval", "findings_text", "paired_lower", "paired_outcomes", "plot_training_curves"]
 
@@ -36,14 +36,15 @@ def paired_outcomes(generations_a: Path, generations_b: Path) -> dict[str, int]:
 
 
 def accuracy_difference_interval(generations_a: Path, generations_b: Path) -> tuple[float, float] | None:
-    """The 95 % interval of accuracy B - A on the problems both answered, from del-eval compare's paired bootstrap
-    (:mod:`del_plugin.evaluation.stats`); None when they share no problem."""
-    a, b = _rows_by_problem(generations_a), _rows_by_problem(generations_b)
-    shared = sorted(a.keys() & b.keys())
-    if not shared:
+    """The 95 % interval of accuracy B - A on the problems both answered, as del-eval compare's verdict gives it for
+    one run an arm (:func:`del_plugin.evaluation.stats.paired_difference`: Tango's score interval, made to agree
+    with McNemar's exact test), so that the findings and compare's verdict beside them say the same; None when they
+    share no problem."""
+    pairs = paired_outcomes(generations_a, generations_b)
+    if not pairs["problems"]:
         return None
-    outcomes = ArmOutcomes([bool(a[k]["correct"]) for k in shared], [bool(b[k]["correct"]) for k in shared])
-    return Bootstrap.interval(paired_bootstrap([outcomes]).difference[0])
+    d = paired_difference(pairs["only_b"], pairs["only_a"], pairs["problems"])
+    return d["low"], d["high"]
 
 
 def paired_lower(generations_a: Path, generations_b: Path, value) -> dict[str, int]:
@@ -77,8 +78,8 @@ def _significance(p: float) -> str:
 
 def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha: float) -> list[str]:
     """Sentences comparing base, MLE and DEL, computed from the reports and the saved generations; every
-    MLE-vs-DEL difference comes with a paired test (accuracy: del-eval compare's bootstrap interval and McNemar's
-    exact test), and the verdict follows it, whichever way it goes."""
+    MLE-vs-DEL difference comes with a paired test (accuracy: del-eval compare's interval for one run an arm,
+    Tango's, and McNemar's exact test), and the verdict follows it, whichever way it goes."""
     g = {k: (reports[k]["overall"].get("generation") or {}) for k in reports}
     tf = {k: (reports[k]["overall"].get("teacher_forced") or {}) for k in reports}
     pairs = paired_outcomes(generations["MLE"], generations["DEL"])
@@ -105,7 +106,7 @@ def findings_text(reports: dict[str, dict], generations: dict[str, Path], alpha:
 
 
 def _accuracy_verdict(g: dict[str, dict], generations: dict[str, Path], pairs: dict[str, int]) -> list[str]:
-    """DEL against MLE on accuracy: the difference, its bootstrap interval and McNemar's exact test, then the
+    """DEL against MLE on accuracy: the difference, its interval (Tango's) and McNemar's exact test, then the
     problem-by-problem counts ([] when an accuracy is missing)."""
     acc_mle, acc_del = g["MLE"].get("accuracy"), g["DEL"].get("accuracy")
     if acc_mle is None or acc_del is None:

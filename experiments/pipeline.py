@@ -23,7 +23,7 @@ from .demo_report import DemoRun, minutes, write_results
 from .options import add_run_options
 from .runs import publish_files
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "compare_demo_runs", "main"]
 
 
 def _cpu_seconds() -> float:
@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         files = publish_files(files, Path(args.publish))
 
     print("\n" + comparison.read_text(encoding="utf-8"))
+    if run.verdict_refused:
+        print(run.verdict_refused + "\n")
     print("What the demo found:")
     for line in findings:
         print(f"  - {line}")
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args, argv: list[str], model_dir: Path, out: Path) -> tuple[DemoRun, Path]:
     """The demo's seven stages: the problems, del-eval on the base model, each fine-tune and its del-eval, then del-eval
     compare; the run for its report, and compare's comparison.md."""
-    from del_plugin.evaluation import EvalSettings, compare_reports, evaluate
+    from del_plugin.evaluation import EvalSettings, evaluate
 
     from .training import TrainSettings, axolotl_config, train_lora
 
@@ -167,13 +169,29 @@ def _run(args, argv: list[str], model_dir: Path, out: Path) -> tuple[DemoRun, Pa
         run_eval(label, adapter)
 
     stages.start("compare", "the verdict, the side-by-side table and plots")
-    labels = list(reports)
-    arms = ([labels.index("MLE")], [labels.index("DEL")])
-    written = compare_reports([reports[k] for k in labels], out / "comparison", labels, arms=arms)
+    comparison, refused = compare_demo_runs(reports, out / "comparison")
     stages.finish()
     wall, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_started
-    run = DemoRun(args, argv, train_settings, reports, generations, histories, stages.timing, wall, cpu, load)
-    return run, written["markdown"]
+    run = DemoRun(args, argv, train_settings, reports, generations, histories, stages.timing, wall, cpu, load, refused)
+    return run, comparison
+
+
+def compare_demo_runs(reports: dict[str, dict], out_dir: Path) -> tuple[Path, str | None]:
+    """del-eval compare on the demo's reports (base, MLE, DEL), the verdict DEL against MLE; returns comparison.md
+    and, where compare refuses to pair the two runs, the verdict's "cannot be tested" line (the reason is compare's:
+    identical generations, as when a DEL weight too small to change a greedy answer gives MLE's run again, or
+    runs that scored different problems), the side-by-side tables then written without a verdict. A report compare
+    cannot read at all is still an error."""
+    from del_plugin.evaluation import compare_reports
+
+    labels = list(reports)
+    arms = ([labels.index("MLE")], [labels.index("DEL")])
+    try:
+        return compare_reports([reports[k] for k in labels], out_dir, labels, arms=arms)["markdown"], None
+    except ValueError as err:  # compare's refusals (UsageError, UnusableInput), said in the line as the sweeps do
+        refused = f"DEL - MLE: cannot be tested: {err}"
+    written = compare_reports([reports[k] for k in labels], out_dir, labels)
+    return written["markdown"], refused
 
 
 def _write_problems(out: Path, train_size: int, eval_size: int, seed: int) -> tuple[Path, Path]:

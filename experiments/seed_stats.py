@@ -1,5 +1,5 @@
 """The demo's and the sweeps' statistics over seeds: the mean of a few per-seed values with its Student-t
-interval. del-eval's own statistics (standard errors, the paired bootstrap, McNemar's test, Holm) are
+interval. del-eval's own statistics (standard errors, Tango's interval, McNemar's test, Welch's t, Holm) are
 :mod:`del_plugin.evaluation.stats`."""
 
 from __future__ import annotations

@@ -190,8 +190,10 @@ def _lm_eval_tasks(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from .report import compare_reports, load_report
 
-    if args.resamples < 100:
-        raise UsageError(f"--resamples {args.resamples}: give at least 100 (2,000 is the default)")
+    if args.resamples is not None:
+        logging.getLogger(__name__).warning(
+            "--resamples %d: the verdict no longer resamples (score intervals and t tests); ignored", args.resamples
+        )
     arms = {}
     if args.baseline or args.candidate:
         if args.reports or not (args.baseline and args.candidate):
@@ -215,7 +217,9 @@ def _compare(args: argparse.Namespace) -> int:
         if labels and len(labels) != len(paths):
             raise UsageError(f"--labels: {len(labels)} given for {len(paths)} reports; give one label per report")
     reports = [load_report(p) for p in paths]
-    written = compare_reports(reports, Path(args.out), labels, scorer=args.scorer, resamples=args.resamples, **arms)
+    written = compare_reports(
+        reports, Path(args.out), labels, scorer=args.scorer, intersection=args.intersection, **arms
+    )
     print(written["markdown"].read_text(encoding="utf-8"))
     for kind, path in written.items():
         print(f"{kind}: {path}")

@@ -232,8 +232,9 @@ def _add_compare(commands, formatting: dict) -> None:
         help="the verdict of two runs (or two groups of seeds) and side-by-side tables of several reports",
         description="The verdict first: for two reports, or --baseline and --candidate runs (several seeds an arm), "
         "paired by problem on the problems every run scored, per set each accuracy with its standard error, the "
-        "difference with a 95 % interval (paired bootstrap over problems and seeds), McNemar's exact p "
-        "(Holm-adjusted over the sets), the smallest difference the sample detects, the same for mACC, and one "
+        "difference with a 95 % interval (one run an arm: Tango's score interval and McNemar's exact p, two "
+        "checkpoints compared; several runs an arm: the training run as the replicate, Welch's t) (p Holm-adjusted "
+        "over the sets), the smallest difference the sample detects, the same for mACC, and one "
         "line saying whether the difference is resolved. Then the reports side by side; only a resolved "
         "difference is in bold, and only where the reports scored the same problems.",
         **(formatting | {"epilog": exit_status_help("compare")}),
@@ -257,5 +258,26 @@ def _add_compare(commands, formatting: dict) -> None:
         "equivalence (reports scored by a del-eval that records it) (default: paper)",
     )
     compare.add_argument(
-        "--resamples", type=int, default=2000, help="bootstrap resamples (default: %(default)s; seeded)"
+        "--intersection",
+        action="store_true",
+        help="pair runs that scored different problems on the problems they all scored (the verdict line says how "
+        "many each arm dropped); without it such runs are refused",
     )
+    compare.add_argument(
+        "--resamples",
+        type=_resamples,
+        default=None,
+        help="has no effect: accepted (100 to 100,000, with a warning) so that older scripts still run; the "
+        "verdict no longer resamples",
+    )
+
+
+def _resamples(text: str) -> int:
+    """--resamples: an integer from 100 to 100,000 (it no longer changes the verdict; bounded all the same)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 100 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"{value}: give 100 to 100,000")
+    return value

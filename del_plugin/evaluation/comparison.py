@@ -25,22 +25,26 @@ def compare_reports(
     arms: tuple[Sequence[int], Sequence[int]] | None = None,
     arm_labels: Sequence[str] | None = None,
     scorer: str = "paper",
-    resamples: int | None = None,
-    seed: int | None = None,
+    intersection: bool = False,
 ) -> dict[str, Path]:
     """comparison.md, comparison.json and overlaid plots for ``reports``; returns the written paths by kind.
 
     With two reports (baseline first), or ``arms`` (the indices of the baseline's runs and of the candidate's, one
     run per seed), the verdict comes first (:func:`.verdict.compare_arms`, with its forest plot); ``arm_labels``
-    names the two arms (default: the reports' labels with one run an arm, else the name the arm's runs share)."""
+    names the two arms (default: the reports' labels with one run an arm, else the name the arm's runs share);
+    ``intersection`` pairs runs that scored different problems on those they share. Every report is checked
+    (:func:`.verdict_inputs.checked_report`) and the verdict made before anything is written."""
+    from .verdict_inputs import checked_report
+
     if not reports:
         raise ValueError("compare needs at least one report")
+    reports = [checked_report(r) for r in reports]
     labels = _unique_labels(reports, labels)
     if arms is None and len(reports) == 2:
         arms = ([0], [1])
     verdict = None
     if arms is not None:
-        verdict = _verdict(reports, labels, arms, arm_labels, scorer=scorer, resamples=resamples, seed=seed)
+        verdict = _verdict(reports, labels, arms, arm_labels, scorer=scorer, intersection=intersection)
     out_dir = prepare_output_dir(out_dir)
     warnings = comparison_warnings(reports, labels)
     for warning in warnings:
@@ -55,7 +59,8 @@ def compare_reports(
     for name in (*PLOT_FILES, FOREST_PLOT):  # an earlier comparison's plot this one does not have
         if out_dir / name not in written.values():
             (out_dir / name).unlink(missing_ok=True)
-    write_json_atomic(written["json"], _comparison_json(reports, labels, warnings, verdict))
+    # strict JSON: a NaN would be a token no JSON reader takes (the reports were checked for them)
+    write_json_atomic(written["json"], _comparison_json(reports, labels, warnings, verdict), allow_nan=False)
     return written
 
 
@@ -76,11 +81,9 @@ def _verdict(
     arm_labels: Sequence[str] | None,
     *,
     scorer: str,
-    resamples: int | None,
-    seed: int | None,
+    intersection: bool,
 ) -> dict:
     """The verdict of the candidate's runs against the baseline's (:func:`.verdict.compare_arms`)."""
-    from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
     from .verdict import compare_arms
 
     baseline, candidate = ([reports[i] for i in arm] for arm in arms)
@@ -98,8 +101,7 @@ def _verdict(
         candidate,
         tuple(arm_labels),
         scorer=scorer,
-        resamples=BOOTSTRAP_RESAMPLES if resamples is None else resamples,
-        seed=BOOTSTRAP_SEED if seed is None else seed,
+        intersection=intersection,
     )
     LOG.info("verdict: %s", verdict["line"])
     return verdict

@@ -193,8 +193,9 @@ def comparison_markdown(
         lines += [
             "",
             "In bold: the better of two models where a paired test resolves the difference (accuracy: the verdict's "
-            "bootstrap interval and McNemar test; MAE, log-MAE, TF digit accuracy: the exact sign test over the "
-            "problems, p < 0.05); nothing is bold inside the noise. TF = teacher-forced on the reference solutions. "
-            "Entropy is not ranked: lower means more confident, not more correct.",
+            "interval and test, Tango's and McNemar's with one run an arm, Welch's t over the runs with several; "
+            "MAE, log-MAE: the paired t test on the errors, only the lower mean error bold; TF digit accuracy: the "
+            "exact sign test over the problems; p < 0.05); nothing is bold inside the noise. TF = teacher-forced on "
+            "the reference solutions. Entropy is not ranked: lower means more confident, not more correct.",
         ]
     return "\n".join(lines) + "\n"

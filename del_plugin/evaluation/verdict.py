@@ -1,87 +1,27 @@
 """The verdict of ``del-eval compare``: did the candidate beat the baseline, by how much, and how sure.
 
 Two arms (one run each, or several seeds each) are paired problem by problem on the problems every run of both
-scored (read from each report's ``generations.jsonl``). Per set: each arm's accuracy with its standard error and
-95 % interval, the difference with a 95 % interval from the two-stage paired bootstrap of :mod:`.stats`, McNemar's
-exact p on the discordant pairs (Holm-adjusted over the sets) and the smallest difference this sample detects;
-then the same for the mean over sets (mACC over the paper's benchmarks), and one verdict line. A difference is
-*resolved* when its interval excludes zero (and, for a set, its Holm-adjusted p is below 0.05): only then is a
-side named better, in words or in bold. How the verdict reads (its line, its markdown section, its forest plot):
+scored (read strictly from each report's ``generations.jsonl``: :mod:`.verdict_inputs`); runs that scored
+different problems are refused unless the intersection is asked for. The numbers: :mod:`.paired_verdict` (one run
+an arm: Tango's interval and McNemar's exact test, two checkpoints compared; several runs: the run as the
+replicate, Welch's t). How the verdict reads (its line, its markdown section, its forest plot):
 :mod:`.verdict_report`."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
 from .errors import UsageError
-from .output import read_jsonl
-from .stats import (
-    BOOTSTRAP_RESAMPLES,
-    BOOTSTRAP_SEED,
-    CONFIDENCE,
-    POWER,
-    ArmOutcomes,
-    Bootstrap,
-    accuracy_se,
-    detectable_difference,
-    discordance_se,
-    holm,
-    paired_bootstrap,
-    sign_test_p,
-)
+from .paired_verdict import ALPHA, SetOutcomes, outcome_verdict
+from .stats import CONFIDENCE, POWER
+from .verdict_inputs import SCORERS, problem_records, refuse_unpairable_runs
 from .verdict_report import plot_forest, verdict_line, verdict_markdown
 
-__all__ = ["SCORERS", "compare_arms", "plot_forest", "problem_correct", "verdict_markdown"]
-
-# the scorer of --scorer -> the field of a generations.jsonl record that holds its verdict
-SCORERS = {"paper": "correct", "math-verify": "math_verify_correct"}
-ALPHA = 1 - CONFIDENCE
-METHOD = (
-    "paired by problem id on the problems every run of both arms scored; per set: accuracy with lm-eval's standard "
-    "error; the difference's {confidence:.0%} interval from a {resamples:,}-resample two-stage paired bootstrap "
-    "(problems resampled, the same draw for both arms; each arm's seeds resampled, so that seed-to-seed spread "
-    "widens it; seed {seed}), McNemar's exact test on the discordant pairs (scipy binomtest; several seeds: seed "
-    "i against seed i, pooled), Holm-adjusted over the sets; the mean over sets bootstrapped stratified by set; "
-    "smallest detectable difference at {power:.0%} power: (z_0.975 + z_0.8) x its standard error, from the "
-    "discordant pairs for one run an arm, from the bootstrap for several seeds"
-)
-
-
-def problem_correct(record: dict, scorer: str, source: str) -> bool:
-    """Whether the problem of one ``generations.jsonl`` record is right under ``scorer`` (``paper``: the paper's
-    exact rules, ``math-verify``: math-verify's equivalence); ``source`` names the file for the error a report
-    scored before math-verify gets."""
-    field = SCORERS[scorer]
-    if field not in record:
-        raise UsageError(
-            f"{source}: its problems carry no {scorer} verdict ({field!r}): the report was written by an older "
-            f"del-eval; re-score it with the current del-eval (run the same del-eval run or score command again, "
-            f"with --overwrite), or compare with --scorer paper"
-        )
-    return bool(record[field])
-
-
-def _generations_path(report: dict) -> Path | None:
-    path = report.get("_path")
-    if not path:
-        return None
-    return Path(path).parent / ((report.get("files") or {}).get("generations") or "generations.jsonl")
-
-
-def _records(report: dict) -> tuple[dict[str, dict[int, dict]], str]:
-    """``{set name: {problem id: generations.jsonl record}}`` of one report, and the file's path."""
-    path = _generations_path(report)
-    if path is None or not path.is_file():
-        raise FileNotFoundError(str(path or report.get("name")))
-    out: dict[str, dict[int, dict]] = {}
-    for record in read_jsonl(path):
-        out.setdefault(record["dataset"], {})[record["id"]] = record
-    return out, str(path)
+__all__ = ["SCORERS", "compare_arms", "outcome_verdict", "plot_forest", "verdict_markdown"]
 
 
 def log_error(record: dict) -> float | None:
@@ -100,25 +40,47 @@ def tf_digit_accuracy(record: dict) -> float | None:
     return record["tf_digits_correct"] / record["tf_digits"] if record.get("tf_digits") else None
 
 
-# the --data tables' columns a sign test ranks: (column, per-problem value, higher is better)
-SIGN_TESTED = (
-    ("MAE", lambda r: r.get("abs_error"), False),
-    ("log-MAE", log_error, False),
-    ("TF digit accuracy", tf_digit_accuracy, True),
+# the --data tables' columns a paired test ranks: (column, per-problem value, higher is better, test)
+PAIRED_TESTED = (
+    ("MAE", lambda r: r.get("abs_error"), False, "t"),
+    ("log-MAE", log_error, False, "t"),
+    ("TF digit accuracy", tf_digit_accuracy, True, "sign"),
 )
 
 
-def _sign_tested_winners(base: dict[int, dict], cand: dict[int, dict], labels: tuple[str, str]) -> dict[str, str]:
-    """``{column: label}`` of the metrics on which one run is better on significantly more problems (exact sign
-    test, p < 0.05)."""
+def _paired_t_p(differences: Sequence[float]) -> float:
+    """Two-sided paired t test of a mean difference (scipy's ttest_1samp on the differences); differences all the
+    same and not 0 are certain (p 0), all 0 are not (p 1)."""
+    from scipy.stats import ttest_1samp
+
+    if len(differences) < 2:
+        return 1.0
+    if len(set(differences)) == 1:
+        return 0.0 if differences[0] != 0 else 1.0
+    return float(ttest_1samp(differences, 0.0).pvalue)
+
+
+def _paired_winners(base: dict, cand: dict, labels: tuple[str, str]) -> dict[str, str]:
+    """``{column: label}`` of the --data columns on which one run is better by a paired test (p < 0.05): MAE and
+    log-MAE by the paired t test on the errors themselves, so that only the lower mean error can be bold;
+    teacher-forced digit accuracy by the exact sign test over the problems."""
+    from .stats import sign_test_p
+
     winners = {}
-    for column, value, higher in SIGN_TESTED:
-        pairs = [(value(base[i]), value(cand[i])) for i in base.keys() & cand.keys()]
-        pairs = [(b, c) for b, c in pairs if b is not None and c is not None]
-        cand_wins = sum((c > b) if higher else (c < b) for b, c in pairs)
-        base_wins = sum((b > c) if higher else (b < c) for b, c in pairs)
-        if sign_test_p(cand_wins, base_wins) < ALPHA:
-            winners[column] = labels[1] if cand_wins > base_wins else labels[0]
+    for column, value, higher, test in PAIRED_TESTED:
+        pairs = [(value(base[i][1]), value(cand[i][1])) for i in base.keys() & cand.keys()]
+        pairs = [(float(b), float(c)) for b, c in pairs if b is not None and c is not None]
+        if not pairs:
+            continue
+        if test == "t":
+            gain = sum(c - b for b, c in pairs) * (1 if higher else -1)  # > 0: the candidate is better
+            p = _paired_t_p([c - b for b, c in pairs])
+        else:
+            cand_wins = sum((c > b) if higher else (c < b) for b, c in pairs)
+            base_wins = sum((b > c) if higher else (b < c) for b, c in pairs)
+            gain, p = cand_wins - base_wins, sign_test_p(cand_wins, base_wins)
+        if p < ALPHA and gain != 0:
+            winners[column] = labels[1] if gain > 0 else labels[0]
     return winners
 
 
@@ -136,118 +98,84 @@ def _order(name: str) -> tuple:
     return (BENCHMARK_NAMES.index(name) if name in BENCHMARK_NAMES else len(BENCHMARK_NAMES), name)
 
 
-def _arm_stats(outcomes: np.ndarray, resampled: np.ndarray) -> dict:
-    """An arm's accuracy on the paired problems: the value, its standard error (one run: lm-eval's; several seeds:
-    the bootstrap's) and the bootstrap's interval."""
-    runs, n = outcomes.shape
-    value = float(outcomes.mean())
-    se = accuracy_se(int(outcomes.sum()), n) if runs == 1 else float(resampled.std(ddof=1))
-    low, high = Bootstrap.interval(resampled)
-    return {"accuracy": value, "se": se, "low": low, "high": high}
-
-
-def _discordant(base: np.ndarray, cand: np.ndarray) -> dict | None:
-    """The discordant pairs, seed i against seed i and pooled (None when the arms have different numbers of
-    seeds: then no McNemar test, the bootstrap interval alone)."""
-    if base.shape[0] != cand.shape[0]:
-        return None
-    return {
-        "candidate_only": int(((cand == 1) & (base == 0)).sum()),
-        "baseline_only": int(((base == 1) & (cand == 0)).sum()),
-    }
-
-
 def compare_arms(
     baseline: Sequence[dict],
     candidate: Sequence[dict],
     labels: tuple[str, str] = ("baseline", "candidate"),
     *,
     scorer: str = "paper",
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
+    intersection: bool = False,
 ) -> dict:
     """The verdict of ``candidate`` (reports, one per seed) against ``baseline``: the dict ``comparison.json``
-    holds under ``verdict`` (see docs/evaluation.md). Raises UsageError for ``--scorer math-verify`` on a report
-    scored before math-verify."""
+    holds under ``verdict`` (see docs/evaluation.md). Raises UsageError for a scorer's verdicts the reports lack,
+    the same run given twice, or runs that scored different problems (without ``intersection``); UnusableInput for
+    a generations file that is not del-eval's or sets scored on different files."""
     if scorer not in SCORERS:
         raise UsageError(f"--scorer {scorer}: choose one of {', '.join(SCORERS)}")
-    base_label, cand_label = labels
-    result = _untested_verdict(baseline, candidate, labels, scorer=scorer, resamples=resamples, seed=seed)
+    result = _untested_verdict(baseline, candidate, labels, scorer)
     runs = [*baseline, *candidate]
     try:
-        tables, records = _verdicts_by_problem(runs, scorer)
+        read = [problem_records(report, scorer) for report in runs]
     except FileNotFoundError as err:
         result["line"] = (
-            f"{cand_label} - {base_label}: cannot be tested: {err} is missing, and without each problem's "
+            f"{labels[1]} - {labels[0]}: cannot be tested: {err} is missing, and without each problem's "
             "verdict the runs cannot be paired (del-eval writes generations.jsonl beside report.json: compare "
             "the folders it wrote)"
         )
         return result
+    refuse_unpairable_runs(runs, [path for _, path in read])
+    tables = [by_set for by_set, _ in read]
     titles = _set_titles(runs)
-    paired = _paired_sets(tables, runs, titles, result["notes"])
+    paired = _paired_sets(tables, runs, titles, result, len(baseline), intersection)
     if not paired:
-        result["line"] = f"{cand_label} - {base_label}: cannot be tested: no set has problems that every run scored" + (
+        result["line"] = f"{labels[1]} - {labels[0]}: cannot be tested: no set has problems that every run scored" + (
             f" ({'; '.join(result['notes'])})" if result["notes"] else ""
         )
         return result
-    single = len(baseline) == 1 and len(candidate) == 1
-    sets, boot = _set_differences(paired, tables, titles, len(baseline), single, resamples=resamples, seed=seed)
-    _resolve(sets, labels)
-    result["sets"] = sets
-    result["summary"] = _summary(sets, boot, single, labels)
+    sets = [_set_outcomes(name, ids, tables, titles, len(baseline)) for name, ids in paired]
+    result["sets"], result["summary"], result["method"] = outcome_verdict(sets, labels)
     result["line"] = verdict_line(result)
-    # the cells the side-by-side tables may put in bold: two runs, differences the paired tests resolve
-    result["winners"] = _winners(sets, result["summary"], records, labels) if single else {}
-    for s in sets:
-        s.pop("_se_null")
+    if len(runs) == 2:  # the cells the side-by-side tables may put in bold: two runs, what the paired tests resolve
+        result["winners"] = _winners(result, tables, labels)
     return result
 
 
-def _untested_verdict(
-    baseline: Sequence[dict],
-    candidate: Sequence[dict],
-    labels: tuple[str, str],
-    *,
-    scorer: str,
-    resamples: int,
-    seed: int,
-) -> dict:
-    """The verdict before any set is compared: how it is made, the two arms' runs."""
+def _set_outcomes(name: str, ids: list, tables: Sequence[dict], titles: dict, n_baseline: int) -> SetOutcomes:
+    matrix = np.array([[t[name][i][0] for i in ids] for t in tables], dtype=np.int8)
+    title, benchmark = titles.get(name, (name, False))
+    return SetOutcomes(name, title, benchmark, matrix[:n_baseline], matrix[n_baseline:])
+
+
+def _untested_verdict(baseline: Sequence[dict], candidate: Sequence[dict], labels: tuple, scorer: str) -> dict:
+    """The verdict before any set is compared: the two arms' runs."""
     return {
-        "method": METHOD.format(confidence=CONFIDENCE, resamples=resamples, seed=seed, power=POWER),
+        "method": None,
         "scorer": scorer,
         "confidence": CONFIDENCE,
         "power": POWER,
-        "resamples": resamples,
-        "seed": seed,
         "baseline": {"label": labels[0], "runs": [r.get("_path") for r in baseline]},
         "candidate": {"label": labels[1], "runs": [r.get("_path") for r in candidate]},
         "sets": [],
         "summary": None,
         "notes": [],
+        "dropped": None,
         "winners": {},
     }
 
 
-def _verdicts_by_problem(runs: Sequence[dict], scorer: str) -> tuple[list[dict], list[dict]]:
-    """Per run, ``{set name: {problem id: right under scorer}}`` and ``{set name: {problem id: record}}``, read from
-    its generations.jsonl (FileNotFoundError naming the file when it is missing)."""
-    tables, records = [], []
-    for report in runs:
-        by_set, path = _records(report)
-        records.append(by_set)
-        tables.append(
-            {name: {i: problem_correct(r, scorer, path) for i, r in rows.items()} for name, rows in by_set.items()}
-        )
-    return tables, records
-
-
 def _paired_sets(
-    tables: Sequence[dict], runs: Sequence[dict], titles: dict[str, tuple[str, bool]], notes: list[str]
-) -> list[tuple[str, list[int]]]:
-    """``(set name, problem ids)`` of the sets every run scored, on the problems every run scored; what is left out
-    goes to ``notes``."""
-    paired: list[tuple[str, list[int]]] = []
+    tables: Sequence[dict],
+    runs: Sequence[dict],
+    titles: dict[str, tuple[str, bool]],
+    result: dict,
+    n_baseline: int,
+    intersection: bool,
+) -> list[tuple[str, list]]:
+    """``(set name, problem ids)`` of the sets every run scored, on the problems every run scored (runs that scored
+    different problems: a UsageError, unless ``intersection``, which counts what each arm dropped); what is left
+    out goes to ``result["notes"]``."""
+    notes, dropped = result["notes"], [0, 0]
+    paired: list[tuple[str, list]] = []
     for name in sorted(set().union(*tables), key=_order):
         title = titles.get(name, (name, False))[0]
         present = [name in t for t in tables]
@@ -256,142 +184,37 @@ def _paired_sets(
             notes.append(f"{title}: not in every run ({', '.join(map(str, missing))} lack it); not compared")
             continue
         ids = sorted(set.intersection(*(set(t[name]) for t in tables)))
-        union = set().union(*(t[name] for t in tables))
+        arms = (tables[:n_baseline], tables[n_baseline:])
+        left_out = [len(set().union(*(t[name] for t in arm)) - set(ids)) for arm in arms]
+        if any(left_out) and not intersection:
+            raise UsageError(
+                f"{title}: the runs scored different problems ({len(ids):,} in common; the baseline's runs scored "
+                f"{left_out[0]:,} more, the candidate's {left_out[1]:,}): pairing on the common ones may hide which "
+                "were dropped; score the same problems, or give --intersection to pair on those"
+            )
+        dropped = [d + x for d, x in zip(dropped, left_out)]
         if not ids:
             notes.append(f"{title}: the runs scored no problem in common; not compared")
             continue
-        if len(union) > len(ids):
+        if any(left_out):
             notes.append(
-                f"{title}: paired on the {len(ids):,} problems every run scored; {len(union) - len(ids):,} scored by "
-                "some runs only are left out"
+                f"{title}: paired on the {len(ids):,} problems every run scored (--intersection); the baseline's "
+                f"runs dropped {left_out[0]:,}, the candidate's {left_out[1]:,}"
             )
         paired.append((name, ids))
+    result["dropped"] = {"baseline": dropped[0], "candidate": dropped[1]} if intersection else None
     return paired
 
 
-def _set_differences(
-    paired: Sequence[tuple[str, list[int]]],
-    tables: Sequence[dict],
-    titles: dict[str, tuple[str, bool]],
-    n_baseline: int,
-    single: bool,
-    *,
-    resamples: int,
-    seed: int,
-) -> tuple[list[dict], Bootstrap]:
-    """Per paired set, each arm's accuracy and the difference with its interval, McNemar's p and the detectable
-    difference (the Holm adjustment and the resolution come after: :func:`_resolve`); and the bootstrap."""
-    arms = []
-    for name, ids in paired:
-        matrix = np.array([[t[name][i] for i in ids] for t in tables], dtype=np.float64)
-        arms.append(ArmOutcomes(matrix[:n_baseline], matrix[n_baseline:]))
-    boot = paired_bootstrap(arms, resamples=resamples, seed=seed)
-    sets = []
-    for k, ((name, ids), outcomes) in enumerate(zip(paired, arms)):
-        diff = float(outcomes.candidate.mean() - outcomes.baseline.mean())
-        low, high = Bootstrap.interval(boot.difference[k])
-        discordant = _discordant(outcomes.baseline, outcomes.candidate)
-        se_null = float(boot.difference[k].std(ddof=1))
-        if discordant is not None:  # from the discordant pairs, averaged over the seed pairs (at least one pair)
-            pairs = outcomes.baseline.shape[0]
-            from_discordance = discordance_se(
-                discordant["candidate_only"], discordant["baseline_only"], len(ids) * pairs
-            )
-            se_null = from_discordance if single else max(se_null, from_discordance)
-        sets.append(
-            {
-                "name": name,
-                "title": titles.get(name, (name, False))[0],
-                "benchmark": titles.get(name, (name, False))[1],
-                "problems": len(ids),
-                "baseline": _arm_stats(outcomes.baseline, boot.baseline[k]),
-                "candidate": _arm_stats(outcomes.candidate, boot.candidate[k]),
-                "difference": {"value": diff, "low": low, "high": high, "se": float(boot.difference[k].std(ddof=1))},
-                "discordant": discordant,
-                "p": None
-                if discordant is None
-                else sign_test_p(discordant["candidate_only"], discordant["baseline_only"]),
-                "detectable": detectable_difference(se_null),
-                "_se_null": se_null,
-            }
-        )
-    return sets, boot
-
-
-def _resolve(sets: list[dict], labels: tuple[str, str]) -> None:
-    """Holm-adjust the sets' McNemar p; a set's difference is resolved when its interval excludes zero and its
-    adjusted p (where there is one) is below 0.05, and then the better arm is named."""
-    tested = [s for s in sets if s["p"] is not None]
-    for s, adjusted in zip(tested, holm([s["p"] for s in tested])):
-        s["holm_p"] = adjusted
-    for s in sets:
-        s.setdefault("holm_p", None)
-        d = s["difference"]
-        excludes_zero = d["low"] > 0 or d["high"] < 0
-        s["resolved"] = bool(excludes_zero and (s["holm_p"] is None or s["holm_p"] < ALPHA))
-        s["better"] = (labels[1] if d["value"] > 0 else labels[0]) if s["resolved"] else None
-
-
-def _winners(sets: Sequence[dict], summary: dict, records: Sequence[dict], labels: tuple[str, str]) -> dict:
+def _winners(result: dict, tables: Sequence[dict], labels: tuple[str, str]) -> dict:
     """Of two runs, ``{set name or "macc": {column: label}}``: the cells the side-by-side tables may put in bold,
     the differences the paired tests resolve."""
     winners: dict[str, dict[str, str]] = {}
-    for s in sets:
-        winners[s["name"]] = _sign_tested_winners(records[0][s["name"]], records[1][s["name"]], labels)
+    for s in result["sets"]:
+        winners[s["name"]] = _paired_winners(tables[0][s["name"]], tables[1][s["name"]], labels)
         if s["better"]:
             winners[s["name"]]["accuracy"] = s["better"]
-    if summary["better"] and all(s["benchmark"] for s in sets):  # the reports' mACC column
+    summary = result["summary"]
+    if summary["better"] and all(s["benchmark"] for s in result["sets"]):  # the reports' mACC column
         winners["macc"] = {"accuracy": summary["better"]}
     return winners
-
-
-def _summary_name(sets: Sequence[dict]) -> str:
-    if len(sets) == 1:
-        return sets[0]["title"]
-    if all(s["benchmark"] for s in sets):
-        return "mACC" if len(sets) == len(BENCHMARK_NAMES) else f"mACC ({len(sets)} of {len(BENCHMARK_NAMES)} sets)"
-    return f"mean accuracy over {len(sets)} sets"
-
-
-def _summary(sets: list[dict], boot: Bootstrap, single: bool, labels: tuple[str, str]) -> dict:
-    """The mean over the sets (mACC when they are the paper's benchmarks), its difference bootstrapped stratified
-    by set, and the better arm where it is resolved."""
-    if len(sets) == 1:
-        only = sets[0]
-        return {
-            "name": _summary_name(sets),
-            "sets": [only["name"]],
-            "baseline": only["baseline"],
-            "candidate": only["candidate"],
-            "difference": only["difference"],
-            "detectable": only["detectable"],
-            "resolved": only["resolved"],
-            "better": only["better"],
-        }
-    k = len(sets)
-    diff = sum(s["difference"]["value"] for s in sets) / k
-    low, high = Bootstrap.interval(boot.mean_difference)
-    if single:  # the sets are independent samples: the variances add
-        se_null = float(np.sqrt(sum(s["_se_null"] ** 2 for s in sets)) / k)
-    else:
-        se_null = float(boot.mean_difference.std(ddof=1))
-
-    def arm(side: str, resampled: np.ndarray) -> dict:
-        b_low, b_high = Bootstrap.interval(resampled)
-        if single:
-            se = float(np.sqrt(sum(s[side]["se"] ** 2 for s in sets)) / k)
-        else:
-            se = float(resampled.std(ddof=1))
-        return {"accuracy": sum(s[side]["accuracy"] for s in sets) / k, "se": se, "low": b_low, "high": b_high}
-
-    resolved = bool(low > 0 or high < 0)
-    return {
-        "name": _summary_name(sets),
-        "sets": [s["name"] for s in sets],
-        "baseline": arm("baseline", boot.mean_baseline),
-        "candidate": arm("candidate", boot.mean_candidate),
-        "difference": {"value": diff, "low": low, "high": high, "se": float(boot.mean_difference.std(ddof=1))},
-        "detectable": detectable_difference(se_null),
-        "resolved": resolved,
-        "better": (labels[1] if diff > 0 else labels[0]) if resolved else None,
-    }

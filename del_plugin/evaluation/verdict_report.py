@@ -17,25 +17,56 @@ def _signed(x: float) -> str:
 
 
 def verdict_line(verdict: dict) -> str:
-    """The verdict in one line: the difference over the sets with its interval, and whether it is resolved (and
-    which sets are on their own) or how large a difference this sample could resolve."""
+    """The verdict in one line: the difference over the sets with its interval, whether it is resolved (and which
+    sets are on their own) or how large a difference this sample could resolve and what would resolve the one
+    seen; what one run an arm compares; what --intersection dropped."""
     summary = verdict["summary"]
     base_label, cand_label = verdict["baseline"]["label"], verdict["candidate"]["label"]
     d = summary["difference"]
-    head = (
+    line = (
         f"{cand_label} - {base_label}: {_signed(d['value'])} {summary['name']} points "
         f"[{_signed(d['low'])}, {_signed(d['high'])}]"
     )
+    single = "problems_to_resolve" in summary  # one run an arm
     if summary["resolved"]:
-        line = f"{head}, resolved: {summary['better']} is better"
+        line += f", resolved: {summary['better']} is better"
         if len(verdict["sets"]) > 1:
             won = [f"{s['title']} for {s['better']}" for s in verdict["sets"] if s["resolved"]]
             line += f" (sets resolved on their own: {', '.join(won)})" if won else " (no set resolved on its own)"
-        return line
-    return (
-        f"{head}, not resolved: this sample resolves about +/-{100 * summary['detectable']:.1f}; score more "
-        "problems (a larger --limit, or none) or more seeds"
-    )
+    else:
+        line += f", not resolved: {_resolvable(summary, single)}"
+    if single:
+        line += (
+            "; one run an arm compares two checkpoints, not two training recipes: the spread between training "
+            "seeds is not in this interval (train seeds and give --baseline/--candidate)"
+        )
+    else:
+        runs = (len(verdict["baseline"]["runs"]), len(verdict["candidate"]["runs"]))
+        line += f"; {runs[0]} v {runs[1]} runs, the training run as the replicate"
+    dropped = verdict.get("dropped")
+    if dropped:
+        line += (
+            f"; --intersection: the baseline's runs dropped {dropped['baseline']:,} problems, the candidate's "
+            f"{dropped['candidate']:,}"
+        )
+    return line
+
+
+def _resolvable(summary: dict, single: bool) -> str:
+    """What this sample resolves, and what would resolve the difference seen."""
+    detectable = summary["detectable"]
+    if detectable >= 1:
+        said = "this sample cannot resolve any difference (too few problems or runs)"
+    else:
+        said = f"this sample resolves about +/-{100 * detectable:.1f}"
+    value = summary["difference"]["value"]
+    if single and summary.get("problems_to_resolve"):
+        return f"{said}; about {summary['problems_to_resolve']:,} problems would resolve {_signed(value)}"
+    if not single and summary.get("seeds_to_resolve"):
+        return f"{said}; about {summary['seeds_to_resolve']} runs an arm would resolve {_signed(value)}"
+    if not single and value != 0:
+        return f"{said}; even 100 runs an arm at this seed spread would not resolve {_signed(value)}"
+    return said
 
 
 def _arm_cell(arm: dict) -> str:
@@ -44,14 +75,15 @@ def _arm_cell(arm: dict) -> str:
 
 
 def _p_cell(s: dict) -> str:
-    if s.get("p") is None:
+    if s.get("p") is None or s.get("holm_p") is None:
         return "–"
 
     def fmt(p: float) -> str:
         return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
 
     c = s["discordant"]
-    return f"{fmt(s['p'])} ({fmt(s['holm_p'])}); {c['candidate_only']}/{c['baseline_only']}"
+    counts = f"; {c['candidate_only']}/{c['baseline_only']}" if c else ""
+    return f"{fmt(s['p'])} ({fmt(s['holm_p'])}){counts}"
 
 
 def verdict_markdown(verdict: dict, forest: str | None = None) -> list[str]:
@@ -65,7 +97,7 @@ def verdict_markdown(verdict: dict, forest: str | None = None) -> list[str]:
             f"{base} (%, ± SE)",
             f"{cand} (%, ± SE)",
             f"{cand} - {base} [95 % CI]",
-            "McNemar p (Holm); discordant +/-",
+            "McNemar p (Holm); discordant +/-" if verdict["sets"][0]["discordant"] else "t-test p (Holm)",
             "detectable ±",
             "resolved",
         ]
@@ -86,7 +118,7 @@ def verdict_markdown(verdict: dict, forest: str | None = None) -> list[str]:
                     _arm_cell(s["candidate"]),
                     diff,
                     _p_cell(s),
-                    f"{100 * s['detectable']:.1f}",
+                    f"{100 * s['detectable']:.1f}" if s["detectable"] < 1 else "none",
                     f"yes: {s['better']}" if s["resolved"] else "no",
                 ]
             )
@@ -95,9 +127,14 @@ def verdict_markdown(verdict: dict, forest: str | None = None) -> list[str]:
         lines += [
             "",
             f"Scorer: {verdict['scorer']}. Differences in accuracy points; bold: resolved (the interval excludes "
-            "0 and, per set, Holm-adjusted p < 0.05). Discordant +/-: problems only "
-            f"{cand} got right / only {base}. Detectable ±: the smallest difference this sample finds 80 % of "
-            f"the time. Method: {verdict['method']}.",
+            "0 and, per set, Holm-adjusted p < 0.05). "
+            + (
+                f"Discordant +/-: problems only {cand} got right / only {base} (McNemar's exact p). "
+                if verdict["sets"][0]["discordant"]
+                else "± SE: over the runs (the run as the replicate). "
+            )
+            + "Detectable ±: the smallest difference this sample finds 80 % of the time. "
+            f"Method: {verdict['method']}.",
         ]
         if forest:
             lines += ["", f"![{cand} - {base} per set, 95 % intervals]({forest})"]
@@ -130,8 +167,9 @@ def plot_forest(verdict: dict, path: Path) -> Path | None:
             color=color,
             capsize=4,
         )
+        shade = 100 * min(s["detectable"], 1.0)
         ax.plot(
-            [-100 * s["detectable"], 100 * s["detectable"]],
+            [-shade, shade],
             [y, y],
             color="C1",
             alpha=0.25,

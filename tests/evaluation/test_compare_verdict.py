@@ -2,9 +2,10 @@
 
 Reports are made the way a user makes them: generations scored by ``del-eval score`` against GSM8K, right where the
 output states the reference answer, wrong where it states another number. Intervals and p-values are checked
-against calculations written out here: a direct binomial sum for McNemar's exact test, the normal approximation of
-a paired proportion difference for the bootstrap interval (which it should match to within the resampling error),
-the sample standard deviation of 0/1 outcomes for lm-eval's standard error."""
+against references computed independently: a direct binomial sum for McNemar's exact test, the published value of
+Tango's interval (Fagerland, Lydersen and Laake's worked example, Cavo et al. 2012), scipy's Wilson interval and
+Welch t test, the sample standard deviation of 0/1 outcomes for lm-eval's standard error. Their error rates: the
+simulation of test_compare_simulation.py."""
 
 from __future__ import annotations
 
@@ -14,18 +15,24 @@ import statistics
 
 import numpy as np
 import pytest
+from scipy.stats import t as t_dist
+from scipy.stats import ttest_1samp, ttest_ind
 
 from del_plugin.evaluation import cli, load_benchmark, load_report, score_predictions
-from del_plugin.evaluation.errors import EXIT_USAGE
+from del_plugin.evaluation.errors import EXIT_USAGE, UsageError
 from del_plugin.evaluation.stats import (
-    ArmOutcomes,
     accuracy_se,
     detectable_difference,
     holm,
-    paired_bootstrap,
+    mover_mean,
+    paired_difference,
     sign_test_p,
+    tango_interval,
+    wilson_interval,
 )
 from del_plugin.evaluation.verdict import compare_arms, log_error
+
+from repo import REPO
 
 Z = 1.959963984540054  # the normal 0.975 quantile
 
@@ -69,16 +76,44 @@ def test_sign_test_against_direct_calculations():
     assert detectable_difference(1.0) == pytest.approx(Z + 0.8416212335729143)
 
 
-def test_the_bootstrap_is_seeded_and_matches_the_paired_normal_interval():
-    rng = np.random.default_rng(3)
-    base = rng.random(2000) < 0.3
-    cand = np.where(rng.random(2000) < 0.15, ~base, base)
-    outcomes = ArmOutcomes(base, cand)
-    first, again = paired_bootstrap([outcomes]), paired_bootstrap([outcomes])
-    assert np.array_equal(first.difference, again.difference)  # seeded: the same inputs, the same interval
-    b, c, n = int((cand & ~base).sum()), int((base & ~cand).sum()), 2000
-    se = math.sqrt(b + c - (b - c) ** 2 / n) / n
-    assert first.difference[0].std(ddof=1) == pytest.approx(se, rel=0.08)
+def test_tango_interval_matches_the_published_example_and_holds_at_the_edges():
+    # Cavo et al. 2012 as Fagerland, Lydersen and Laake work it (Statistical Analysis of Contingency Tables, ch. 8;
+    # their R package's test): 59 both, 6 / 16 discordant, 80 neither: -0.0621 (95 % CI -0.1240 to -0.0054)
+    low, high = tango_interval(6, 16, 161)
+    assert (round(low, 4), round(high, 4)) == (-0.1240, -0.0054)
+    for wins, losses, n in ((0, 0, 20), (20, 0, 20), (0, 20, 20), (0, 0, 1), (1, 0, 1), (3, 3, 6)):
+        low, high = tango_interval(wins, losses, n)
+        assert -1 <= low < high <= 1  # never zero-width, never beyond +/-100 points
+        assert low <= (wins - losses) / n <= high
+    assert tango_interval(0, 0, 20)[0] == pytest.approx(-tango_interval(0, 0, 20)[1])  # no discordance: symmetric
+    assert tango_interval(20, 0, 20)[1] == 1.0
+
+
+def test_the_interval_never_excludes_zero_beside_an_exact_p_that_does_not_reject():
+    # 5 / 0 of 20: Tango's interval alone excludes 0, but McNemar's exact p is 2 / 32 = 0.0625: stretched to 0
+    assert tango_interval(5, 0, 20)[0] > 0
+    d = paired_difference(5, 0, 20)
+    assert d["p"] == pytest.approx(0.0625) and d["stretched"] and d["low"] == 0.0
+    assert d["high"] == tango_interval(5, 0, 20)[1]
+    # 6 / 0: p = 2 / 64 rejects, and Tango's interval excludes 0 on its own
+    d = paired_difference(6, 0, 20)
+    assert d["p"] == pytest.approx(2 / 64) and not d["stretched"] and d["low"] > 0
+    for wins in range(0, 21):  # every split of 20 discordant pairs: an interval excluding 0 has a rejecting p
+        for n in (20, 40, 400):
+            d = paired_difference(wins, 20 - wins, n)
+            assert (d["low"] > 0 or d["high"] < 0) <= (d["p"] < 0.05)
+
+
+def test_wilson_and_mover_against_independent_references():
+    from scipy.stats import binomtest
+
+    for correct, n in ((7, 20), (0, 5), (20, 20), (123, 1000)):
+        reference = binomtest(correct, n).proportion_ci(method="wilson")
+        assert wilson_interval(correct, n) == pytest.approx((reference.low, reference.high), abs=1e-12)
+    # MOVER of two independent differences: each side's distances added in quadrature, by hand
+    low, high = mover_mean([0.1, -0.02], [0.04, -0.06], [0.15, 0.03])
+    assert low == pytest.approx(0.04 - math.sqrt(0.06**2 + 0.04**2) / 2)
+    assert high == pytest.approx(0.04 + math.sqrt(0.05**2 + 0.05**2) / 2)
 
 
 # ---------------------------------------------------------------------------------------------- the verdict
@@ -101,17 +136,20 @@ def test_1000_problems_5_vs_10_percent_is_resolved(tmp_path, gsm8k_references, c
     diff, n = 0.05, 1000
     half = Z * math.sqrt(only_del + only_mle - (only_del - only_mle) ** 2 / n) / n
     assert gsm8k["difference"]["value"] == pytest.approx(diff)
+    # Tango's score interval; at 1,000 problems within a few tenths of a point of the normal approximation's
+    assert (gsm8k["difference"]["low"], gsm8k["difference"]["high"]) == tango_interval(only_del, only_mle, n)
     assert gsm8k["difference"]["low"] == pytest.approx(diff - half, abs=0.004)
     assert gsm8k["difference"]["high"] == pytest.approx(diff + half, abs=0.004)
     for arm, p in (("baseline", 0.05), ("candidate", 0.10)):
         assert gsm8k[arm]["accuracy"] == pytest.approx(p)
         assert gsm8k[arm]["se"] == pytest.approx(math.sqrt(p * (1 - p) / (n - 1)))
-        assert gsm8k[arm]["low"] == pytest.approx(p - Z * math.sqrt(p * (1 - p) / n), abs=0.004)
+        assert gsm8k[arm]["low"] == pytest.approx(p - Z * math.sqrt(p * (1 - p) / n), abs=0.004)  # Wilson's
     assert gsm8k["detectable"] == pytest.approx((Z + 0.8416212335729143) * math.sqrt(110) / n)
     assert gsm8k["resolved"] and gsm8k["better"] == "DEL"
     assert verdict["line"].startswith("DEL - MLE: +5.0 GSM8K points [+3.")
     assert "resolved: DEL is better" in verdict["line"]
-    assert "paired bootstrap" in verdict["method"] and "McNemar" in verdict["method"]
+    assert "Tango's score interval" in verdict["method"] and "McNemar" in verdict["method"]
+    assert "one run an arm compares two checkpoints, not two training recipes" in verdict["line"]
     # the verdict comes first; the resolved difference is the only thing in bold, in the winner's row
     assert printed.index(verdict["line"]) < printed.index("## The paper's benchmarks: accuracy")
     table = printed.split("## The paper's benchmarks: accuracy")[1].split("\n\n")[1]
@@ -132,10 +170,13 @@ def test_200_problems_1_vs_2_percent_is_not_resolved_and_nothing_is_bold(tmp_pat
     assert gsm8k["difference"]["low"] < 0 < gsm8k["difference"]["high"]
     assert not gsm8k["resolved"] and gsm8k["better"] is None
     detectable = (Z + 0.8416212335729143) * math.sqrt(4) / 200
+    needed = math.ceil(200 * (detectable / 0.01) ** 2)  # the detectable difference goes as 1 / sqrt(problems)
     assert verdict["line"] == (
         f"DEL - MLE: +1.0 GSM8K points [{100 * gsm8k['difference']['low']:+.1f}, "
         f"{100 * gsm8k['difference']['high']:+.1f}], not resolved: this sample resolves about "
-        f"+/-{100 * detectable:.1f}; score more problems (a larger --limit, or none) or more seeds"
+        f"+/-{100 * detectable:.1f}; about {needed:,} problems would resolve +1.0; one run an arm compares two "
+        "checkpoints, not two training recipes: the spread between training seeds is not in this interval (train "
+        "seeds and give --baseline/--candidate)"
     )
     side_by_side = printed.split("## The paper's benchmarks: accuracy")[1]
     assert "**" not in side_by_side.split("\n\n")[1]  # nothing bold inside the noise
@@ -146,27 +187,39 @@ def _matrix_reports(tmp_path, references, name: str, rights: list[set[int]], n: 
     return [_scored(tmp_path, references, f"{name}-s{k}", right, n) for k, right in enumerate(rights)]
 
 
-def test_disagreeing_seeds_widen_the_interval(tmp_path, gsm8k_references):
+def test_several_seeds_take_the_run_as_the_replicate_welch_as_scipy(tmp_path, gsm8k_references):
     n = 100
-    # pooled: MLE 40 %, DEL 50 % in both cases; agreeing seeds score the same problems, disagreeing ones differ
-    agree_mle = _matrix_reports(tmp_path / "a", gsm8k_references, "MLE", [set(range(40))] * 3, n)
-    agree_del = _matrix_reports(tmp_path / "a", gsm8k_references, "DEL", [set(range(50))] * 3, n)
-    spread_mle = _matrix_reports(tmp_path / "d", gsm8k_references, "MLE", [set(range(k)) for k in (25, 40, 55)], n)
-    spread_del = _matrix_reports(tmp_path / "d", gsm8k_references, "DEL", [set(range(k)) for k in (35, 50, 65)], n)
+    # per-run accuracies: MLE 25, 40, 55 %; DEL 35, 50, 62 % (the runs disagree by 15 points)
+    mle = _matrix_reports(tmp_path, gsm8k_references, "MLE", [set(range(k)) for k in (25, 40, 55)], n)
+    dels = _matrix_reports(tmp_path, gsm8k_references, "DEL", [set(range(k)) for k in (35, 50, 62)], n)
+    verdict = compare_arms([load_report(p) for p in mle], [load_report(p) for p in dels], ("MLE", "DEL"))
+    (s,) = verdict["sets"]
+    reference = ttest_ind([0.35, 0.50, 0.62], [0.25, 0.40, 0.55], equal_var=False)
+    interval = reference.confidence_interval(0.95)
+    assert s["p"] == pytest.approx(reference.pvalue, rel=1e-9)
+    assert s["difference"]["df"] == pytest.approx(reference.df, rel=1e-9)
+    assert (s["difference"]["low"], s["difference"]["high"]) == pytest.approx((interval.low, interval.high))
+    assert s["discordant"] is None and not s["resolved"]
+    # the same problems right run after run would give a far narrower interval: the seed spread is in this one
+    assert s["difference"]["high"] - s["difference"]["low"] > 0.3
+    assert "Welch's t" in verdict["method"] and "the training run as the replicate" in verdict["line"]
+    assert "runs an arm would resolve" in verdict["line"]
 
-    def width(mle, dels):
-        verdict = compare_arms([load_report(p) for p in mle], [load_report(p) for p in dels], ("MLE", "DEL"))
-        (s,) = verdict["sets"]
-        assert s["baseline"]["accuracy"] == pytest.approx(0.40) and s["candidate"]["accuracy"] == pytest.approx(0.5)
-        return s["difference"]["high"] - s["difference"]["low"], verdict
 
-    agreeing, agreed = width(agree_mle, agree_del)
-    disagreeing, _ = width(spread_mle, spread_del)
-    assert disagreeing > 1.5 * agreeing
-    # agreeing seeds add nothing: the interval of one run an arm
-    single = compare_arms([load_report(agree_mle[0])], [load_report(agree_del[0])], ("MLE", "DEL"))
-    assert agreeing == pytest.approx(single["sets"][0]["difference"]["high"] - single["sets"][0]["difference"]["low"])
-    assert agreed["sets"][0]["discordant"] == {"candidate_only": 30, "baseline_only": 0}  # seed i vs seed i, pooled
+def test_one_run_against_three_is_tested_on_the_pooled_seed_variance(tmp_path, gsm8k_references):
+    n = 100
+    mle = _matrix_reports(tmp_path, gsm8k_references, "MLE", [set(range(40))], n)
+    dels = _matrix_reports(tmp_path, gsm8k_references, "DEL", [set(range(k)) for k in (45, 50, 58)], n)
+    verdict = compare_arms([load_report(p) for p in mle], [load_report(p) for p in dels], ("MLE", "DEL"))
+    (s,) = verdict["sets"]
+    # Student's t: DEL's variance stands for both arms (one run shows no spread of its own), 1 + 3 runs, df 2
+    per_run = [0.45, 0.50, 0.58]
+    se = statistics.stdev(per_run) * math.sqrt(1 / 1 + 1 / 3)
+    diff = statistics.mean(per_run) - 0.40
+    assert s["difference"]["se"] == pytest.approx(se) and s["difference"]["df"] == 2
+    assert s["p"] == pytest.approx(2 * t_dist.sf(diff / se, 2))
+    assert s["difference"]["high"] == pytest.approx(diff + t_dist.ppf(0.975, 2) * se)
+    assert "pooled" in json.dumps(s) and "assumed to spread alike" in verdict["method"]
 
 
 def test_baseline_and_candidate_arms_from_the_command_line(tmp_path, gsm8k_references, capsys):
@@ -185,20 +238,26 @@ def test_baseline_and_candidate_arms_from_the_command_line(tmp_path, gsm8k_refer
     assert cli.main(["compare", "--baseline", str(mle[0]), "--out", str(out)]) == EXIT_USAGE
 
 
-def test_different_problems_pair_on_the_intersection_and_no_common_problem_is_said(tmp_path, gsm8k_references):
-    a = score_predictions("gsm8k", [{"id": i, "output": "The answer is 1"} for i in range(0, 6)], tmp_path / "a")
-    b = score_predictions("gsm8k", [{"id": i, "output": "The answer is 1"} for i in range(4, 10)], tmp_path / "b")
-    c = score_predictions("gsm8k", [{"id": i, "output": "The answer is 1"} for i in range(20, 22)], tmp_path / "c")
-    verdict = compare_arms([load_report(tmp_path / "a")], [load_report(tmp_path / "b")], ("A", "B"))
-    assert verdict["sets"][0]["problems"] == 2
+def test_different_problems_are_refused_unless_the_intersection_is_asked_for(tmp_path, capsys):
+    for name, ids in (("a", range(0, 6)), ("b", range(4, 10)), ("c", range(20, 22))):
+        score_predictions("gsm8k", [{"id": i, "output": "The answer is 1"} for i in ids], tmp_path / name)
+    a, b, c = (load_report(tmp_path / name) for name in "abc")
+    with pytest.raises(UsageError, match=r"GSM8K: the runs scored different problems \(2 in common; the baseline's"):
+        compare_arms([a], [b], ("A", "B"))
+    argv = ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == EXIT_USAGE and not (tmp_path / "out").exists()
+    assert "give --intersection" in capsys.readouterr().err
+    verdict = compare_arms([a], [b], ("A", "B"), intersection=True)
+    assert verdict["sets"][0]["problems"] == 2 and verdict["dropped"] == {"baseline": 4, "candidate": 4}
     assert verdict["notes"] == [
-        "GSM8K: paired on the 2 problems every run scored; 8 scored by some runs only are left out"
+        "GSM8K: paired on the 2 problems every run scored (--intersection); the baseline's runs dropped 4, the "
+        "candidate's 4"
     ]
-    apart = compare_arms([load_report(tmp_path / "a")], [load_report(tmp_path / "c")], ("A", "C"))
+    assert verdict["line"].endswith("--intersection: the baseline's runs dropped 4 problems, the candidate's 4")
+    apart = compare_arms([a], [c], ("A", "C"), intersection=True)
     assert apart["sets"] == [] and apart["summary"] is None
     assert apart["line"].startswith("C - A: cannot be tested: no set has problems that every run scored")
     assert "GSM8K: the runs scored no problem in common" in apart["line"]
-    assert a and b and c
 
 
 def test_math_verify_needs_reports_that_carry_it(tmp_path, gsm8k_references, capsys):
@@ -215,6 +274,16 @@ def test_math_verify_needs_reports_that_carry_it(tmp_path, gsm8k_references, cap
     assert cli.main(argv) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "no math-verify verdict ('math_verify_correct')" in err and "re-score it with the current del-eval" in err
+    assert not (tmp_path / "c").exists()
+    # scored where math-verify was not installed: null, never counted as wrong
+    for folder in (a, b):
+        lines = [
+            json.loads(x) | {"math_verify_correct": None}
+            for x in (folder / "generations.jsonl").read_text().splitlines()
+        ]
+        (folder / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert cli.main(argv) == EXIT_USAGE
+    assert "was scored without math-verify installed" in capsys.readouterr().err
     # the scorer is read from that field: a report carrying it is compared on it
     for folder, right in ((a, {0, 1}), (b, {1})):
         lines = [json.loads(x) for x in (folder / "generations.jsonl").read_text().splitlines()]
@@ -225,24 +294,6 @@ def test_math_verify_needs_reports_that_carry_it(tmp_path, gsm8k_references, cap
     verdict = json.loads((tmp_path / "c" / "comparison.json").read_text())["verdict"]
     assert verdict["scorer"] == "math-verify"
     assert verdict["sets"][0]["discordant"] == {"candidate_only": 0, "baseline_only": 1}
-
-
-def test_seven_sets_mean_is_stratified(tmp_path):
-    """mACC's difference: the mean of the sets' differences, its interval from resampling each set within itself;
-    checked against the normal interval with the sets' variances added."""
-    rng = np.random.default_rng(0)
-    sizes = (1319, 500, 1000, 514, 254, 220, 974)
-    sets = []
-    for n in sizes:
-        base = rng.random(n) < 0.4
-        sets.append(ArmOutcomes(base, np.where(rng.random(n) < 0.2, ~base, base)))
-    boot = paired_bootstrap(sets)
-    var = 0.0
-    for s in sets:
-        b, c = s.baseline[0], s.candidate[0]
-        d = c - b
-        var += d.var() / len(d)
-    assert boot.mean_difference.std(ddof=1) == pytest.approx(math.sqrt(var) / len(sizes), rel=0.08)
 
 
 def _two_sets(tmp_path, name: str, right: dict[str, set[int]], n: int):
@@ -284,6 +335,15 @@ def test_the_mean_over_sets_and_holm_across_them(tmp_path):
     assert summary["name"] == "mACC (2 of 7 sets)"
     assert summary["difference"]["value"] == pytest.approx((0.10 - 0.025) / 2)
     se = math.sqrt((120 - 40**2 / n) + (10 - 10**2 / n)) / n / 2  # the two sets' paired variances, added
+    # MOVER from the two sets' intervals: close to the normal interval with the sets' variances added
+    values = [x["difference"]["value"] for x in (gsm8k, svamp)]
+    lows, highs = [x["difference"]["low"] for x in (gsm8k, svamp)], [x["difference"]["high"] for x in (gsm8k, svamp)]
+    assert summary["difference"]["low"] == pytest.approx(
+        sum(values) / 2 - math.hypot(values[0] - lows[0], values[1] - lows[1]) / 2
+    )
+    assert summary["difference"]["high"] == pytest.approx(
+        sum(values) / 2 + math.hypot(highs[0] - values[0], highs[1] - values[1]) / 2
+    )
     assert summary["difference"]["low"] == pytest.approx(summary["difference"]["value"] - Z * se, abs=0.004)
     assert summary["difference"]["high"] == pytest.approx(summary["difference"]["value"] + Z * se, abs=0.004)
     assert summary["detectable"] == pytest.approx((Z + 0.8416212335729143) * math.sqrt(120 + 10) / n / 2)
@@ -333,7 +393,8 @@ def _data_report(folder, name: str, rows: list[dict]):
 
 
 def test_a_data_set_bolds_only_what_a_paired_test_resolves(tmp_path, capsys):
-    # the same problems right (accuracy tied), DEL's numbers closer on all 12: MAE resolved by the sign test
+    # the same problems right (accuracy tied), DEL's numbers closer on all 12 by the same amount: MAE and log-MAE
+    # resolved by the paired t test on the errors (differences all the same and not 0: certain)
     rows = lambda error: [  # noqa: E731
         {"correct": i < 3, "prediction": str(10 + error), "reference": "10", "abs_error": float(error)}
         for i in range(12)
@@ -346,7 +407,10 @@ def test_a_data_set_bolds_only_what_a_paired_test_resolves(tmp_path, capsys):
     log_mle, log_del = math.log(13) - math.log(11), math.log(12) - math.log(11)  # |s(p) - s(10)|, by hand
     assert f"| MLE | 12 | 25.0% | {se:.1f} | – | 2.000 | {log_mle:.3f} | – | – |" in table
     assert f"| DEL | 12 | 25.0% | {se:.1f} | – | **1.000** | **{log_del:.3f}** | – | – |" in table
-    assert sign_test_p(12, 0) < 0.05 and table.count("**") == 4  # MAE and log-MAE, both 12 to 0
+    assert table.count("**") == 4  # MAE and log-MAE
+    # the note under the table names the tests that made the bold, not the bootstrap the verdict no longer uses
+    assert "MAE, log-MAE: the paired t test on the errors, only the lower mean error bold" in table
+    assert "Tango's and McNemar's with one run an arm" in table and "bootstrap" not in table
 
 
 def test_the_sweeps_report_the_same_verdict_per_setting(tmp_path, gsm8k_references):
@@ -365,3 +429,37 @@ def test_the_sweeps_report_the_same_verdict_per_setting(tmp_path, gsm8k_referenc
     assert verdicts["del:0.1"]["line"] == direct["line"]
     pooled = 100 * ((20 + 25) / 80 - (10 + 12) / 80)  # each arm's accuracy pooled over its two seeds
     assert verdicts["del:0.1"]["line"].startswith(f"del:0.1 - del:0: {pooled:+.1f} GSM8K points [")
+
+
+def test_the_higher_mean_error_is_never_bold(tmp_path, capsys):
+    # DEL closer on 11 of 12 problems by one, 2,400 off on the last: MAE 200.8 against MLE's 2.0. A sign test on
+    # counts (11 to 1, p 0.006) would bold DEL's MAE; the paired t test on the errors cannot bold the higher mean
+    mle_rows = [{"correct": False, "prediction": "12", "reference": "10", "abs_error": 2.0} for _ in range(12)]
+    del_rows = [{"correct": False, "prediction": "11", "reference": "10", "abs_error": 1.0} for _ in range(11)]
+    del_rows.append({"correct": False, "prediction": "2410", "reference": "10", "abs_error": 2400.0})
+    mle = _data_report(tmp_path / "mle", "MLE", mle_rows)
+    dels = _data_report(tmp_path / "del", "DEL", del_rows)
+    assert sign_test_p(11, 1) < 0.05
+    assert cli.main(["compare", str(mle), str(dels), "--out", str(tmp_path / "c")]) == 0
+    table = capsys.readouterr().out.split("## heldout")[1]
+    del_row = next(line for line in table.splitlines() if line.startswith("| DEL |"))
+    assert "| 200.917 |" in del_row or "200.9" in del_row
+    assert "**200" not in del_row
+    differences = [d["abs_error"] - m["abs_error"] for d, m in zip(del_rows, mle_rows)]
+    assert ttest_1samp(differences, 0.0).pvalue > 0.05  # the errors' own test: not resolved, nothing bold
+    assert "**2.000**" not in table
+
+
+def test_the_detectable_difference_counts_at_least_one_discordant_pair():
+    """No discordant pair (the runs right on the same problems): the detectable difference is that of one pair,
+    2.80 / n, as docs/evaluation.md states, not 0 (which would claim the sample misses nothing)."""
+    from del_plugin.evaluation.paired_verdict import SetOutcomes, outcome_verdict
+
+    same = np.array([[1] * 30 + [0] * 70], dtype=np.int8)
+    (entry,), summary, _ = outcome_verdict([SetOutcomes("s", "s", False, same, same.copy())], ("A", "B"))
+    assert entry["discordant"] == {"candidate_only": 0, "baseline_only": 0}
+    assert entry["detectable"] == pytest.approx((Z + 0.8416212335729143) * 1 / 100)
+    assert entry["difference"]["low"] < 0 < entry["difference"]["high"]  # Tango's: not [0, 0]
+    assert summary["problems_to_resolve"] is None  # a difference of 0 is resolved by no sample
+    docs = (REPO / "docs" / "evaluation.md").read_text()
+    assert "counting **at least one discordant pair**" in docs

@@ -529,9 +529,10 @@ def test_del_eval_end_to_end_report_is_consistent_with_its_generations(digit_mod
     assert sum(p["n"] for p in tf["places"].values()) == tf["digits"]
     assert 0.0 <= tf["mean_entropy"] <= math.log(10) + 1e-6
 
-    # two reports side by side
+    # two reports side by side (the twin without its generations: compare refuses to pair a run with its copy)
     twin = tmp_path / "twin"
     shutil.copytree(out, twin)
+    (twin / "generations.jsonl").unlink()
     table = tmp_path / "side-by-side"
     assert (
         cli.main(["compare", str(out), str(twin / "report.json"), "--out", str(table), "--labels", "first", "second"])
@@ -659,7 +660,9 @@ def test_all_seven_benchmarks_end_to_end(benchmark_run):
 def test_benchmark_reports_side_by_side(benchmark_run, tmp_path):
     out, report = benchmark_run
     table = tmp_path / "compare"
-    assert cli.main(["compare", str(out), str(out), "--labels", "MLE", "DEL", "--out", str(table)]) == 0
+    twin = shutil.copytree(out, tmp_path / "twin")  # without its generations: a run is never paired with itself
+    (twin / "generations.jsonl").unlink()
+    assert cli.main(["compare", str(out), str(twin), "--labels", "MLE", "DEL", "--out", str(table)]) == 0
     markdown = (table / "comparison.md").read_text()
     header = "| model | GSM8K | MATH | SVAMP | SimulEq | AQuA | SAT | MMLU-math | mACC (partial coverage) |"
     assert header in markdown

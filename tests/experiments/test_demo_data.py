@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import re
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
 from del_plugin.evaluation.answers import extract_answer, find_numbers, is_correct
 from del_plugin.evaluation.data import read_eval_set
-from del_plugin.evaluation.stats import sign_test_p
+from del_plugin.evaluation.stats import sign_test_p, tango_interval
 from experiments.findings import accuracy_difference_interval, findings_text, paired_lower, paired_outcomes
 from experiments.problems import (
     TEMPLATES,
@@ -180,8 +181,12 @@ def test_findings_follow_the_numbers(tmp_path, del_right):
     reports = {"base": _report(0, n, 9.0, 2.0), "MLE": _report(1, n, 5.0, 1.5), "DEL": _report(del_right, n, 4.0, 1.0)}
     text = " ".join(findings_text(reports, generations, alpha=0.1))
     if del_right == 12:  # 11 problems only DEL got right, none only MLE: p = 2 / 2^11
-        low, high = (100 * x for x in accuracy_difference_interval(generations["MLE"], generations["DEL"]))
-        assert 0 < low < 55 < high  # the paired bootstrap's interval, which excludes 0
+        # compare's interval for one run an arm (Tango's, tested against its published example in
+        # tests/evaluation/test_compare_verdict.py), which excludes 0 as the exact test rejects
+        interval = accuracy_difference_interval(generations["MLE"], generations["DEL"])
+        assert interval == tango_interval(11, 0, n)
+        low, high = (100 * x for x in interval)
+        assert 0 < low < 55 < high
         assert f"DEL is better than MLE on accuracy (+55.0 points, 95 % interval [{low:+.1f}, {high:+.1f}])" in text
         assert f"p = {2 / 2**11:.3f}" in text
     else:
@@ -246,3 +251,65 @@ def test_the_demo_report_from_its_run(tmp_path, monkeypatch):
     assert summary["settings"] == {"train": asdict(train), "alpha": 0.1, "eval_size": n, "max_new_tokens": 16}
     assert summary["findings"] == findings and list(summary["models"]) == ["base", "MLE", "DEL"]
     assert summary["models"]["DEL"]["teacher_forced"] == {"mean_entropy": 1.0, "digit_accuracy": 0.5}
+
+
+@pytest.fixture(scope="module")
+def gsm8k_references():
+    from del_plugin.evaluation import load_benchmark
+
+    return [p.reference for p in load_benchmark("gsm8k").problems]
+
+
+def _scored_run(folder, references, right: int, ids=range(20)) -> dict:
+    """A run del-eval scored on GSM8K's problems ``ids``, right on the first ``right`` of them, with its path as the
+    demo records it (compare finds the generations beside it)."""
+    from del_plugin.evaluation import score_predictions
+
+    outputs = [{"id": i, "output": f"The answer is {references[i] if i < right else references[i] + '1'}"} for i in ids]
+    report = score_predictions("gsm8k", outputs, folder, name=folder.name)
+    report["_path"] = str(folder / "report.json")
+    return report
+
+
+@pytest.mark.parametrize("refusal", ["same generations", "other problems"])
+def test_the_demo_says_when_compare_refuses_to_pair_mle_and_del(tmp_path, gsm8k_references, refusal):
+    """The real del-eval compare refuses to pair the demo's two fine-tunes (DEL's generations MLE's word for word, as a
+    DEL weight too small to change a greedy answer gives; or DEL scored on other problems): the demo still writes
+    compare's side-by-side tables, without a verdict, and says why in compare's own "cannot be tested" line, in
+    results.md and summary.json. Where compare can pair them, the verdict is there and no line."""
+    import argparse
+
+    from experiments.demo_report import DemoRun, write_results
+    from experiments.pipeline import compare_demo_runs
+    from experiments.training import TrainSettings
+
+    runs = tmp_path / "eval"
+    reports = {
+        "base": _scored_run(runs / "base", gsm8k_references, 3),
+        "MLE": _scored_run(runs / "MLE", gsm8k_references, 8),
+        "DEL": _scored_run(runs / "DEL", gsm8k_references, 12),
+    }
+    paired, line = compare_demo_runs(reports, tmp_path / "paired")
+    assert line is None and "DEL - MLE: " in paired.read_text() and "cannot be tested" not in paired.read_text()
+    assert json.loads((tmp_path / "paired" / "comparison.json").read_text())["verdict"]["sets"]
+
+    ids = range(20) if refusal == "same generations" else range(1, 21)
+    reports["DEL"] = _scored_run(runs / "DEL again", gsm8k_references, 8, ids)
+    out = tmp_path / "demo"
+    comparison, line = compare_demo_runs(reports, out / "comparison")
+    assert line.startswith("DEL - MLE: cannot be tested: ")
+    if refusal == "same generations":
+        assert f"{runs / 'DEL again' / 'report.json'}: the same run as {runs / 'MLE' / 'report.json'}" in line
+    else:
+        assert "--intersection" in line
+    text = comparison.read_text()
+    assert "No verdict" in text and "| MLE | 40.0% |" in text and "| DEL | " in text
+    assert json.loads((out / "comparison" / "comparison.json").read_text()).get("verdict") is None
+
+    generations = {k: Path(r["_path"]).parent / "generations.jsonl" for k, r in reports.items()}
+    args = argparse.Namespace(alpha=0.1, eval_size=20, max_new_tokens=16)
+    histories = {"MLE": [], "DEL": []}
+    run = DemoRun(args, [], TrainSettings(steps=2), reports, generations, histories, {}, 1.0, 1.0, (0, 0, 0), line)
+    write_results(out, run)
+    assert f"\n{line}\n\n" in (out / "comparison" / "results.md").read_text()
+    assert json.loads((out / "comparison" / "summary.json").read_text())["verdict_refused"] == line

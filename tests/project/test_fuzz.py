@@ -10,8 +10,9 @@
   bfloat16 and float32 logits of +-1e4 (one sign, mixed signs, all equal), on empty and all-masked batches and on
   a 1,000-digit number and a 6,000-decimal one: finite values and finite gradients, exactly 0 where there is no
   digit.
-* The commands that read files (``del-eval score`` of predictions and of lm-eval samples, ``del-check``) on random
-  JSON, JSONL and YAML shapes and bytes: only the documented exit statuses, never a traceback.
+* The commands that read files (``del-eval score`` of predictions and of lm-eval samples, ``del-eval compare`` of
+  hand-edited reports and generations, ``del-check``) on random JSON, JSONL and YAML shapes and bytes: only the
+  documented exit statuses, never a traceback.
 """
 
 from __future__ import annotations
@@ -505,3 +506,77 @@ def test_del_check_reads_random_yaml_with_a_documented_status(tmp_path_factory, 
         check.PARTLY_CHECKED,
         check.UNUSABLE_INPUT,
     )
+
+
+# del-eval compare: two runs del-eval score wrote (GSM8K's first 4 problems), then their generations.jsonl replaced
+# by random records and their report.json hand-edited at a random key; compare answers with 0 (it could pair
+# them), 2 or 3 (one line, nothing written), never a traceback
+_RECORD = st.fixed_dictionaries(
+    {"dataset": st.just("gsm8k") | JSON_VALUES, "id": st.integers(0, 3) | st.sampled_from(["1", " 2 "]) | JSON_VALUES},
+    optional={
+        "correct": st.booleans() | JSON_VALUES,
+        "math_verify_correct": st.booleans() | st.none() | JSON_VALUES,
+        "abs_error": st.floats(0, 1e6) | JSON_VALUES,
+        "prediction": st.sampled_from(["18", "-3.5"]) | JSON_VALUES,
+        "reference": st.sampled_from(["18", "4"]) | JSON_VALUES,
+    },
+)
+_REPORT_KEYS = [
+    ("name",),
+    ("datasets",),
+    ("datasets", 0),
+    ("datasets", 0, "name"),
+    ("datasets", 0, "benchmark"),
+    ("datasets", 0, "generation"),
+    ("datasets", 0, "generation", "accuracy"),
+    ("datasets", 0, "generation", "mae"),
+    ("datasets", 0, "coverage"),
+    ("datasets", 0, "source"),
+    ("datasets", 0, "source", "sha256"),
+    ("files",),
+    ("files", "generations"),
+    ("overall",),
+    ("overall", "generation"),
+    ("macc",),
+    ("schema",),
+]
+
+
+def _edited(report: dict, key: tuple, value) -> dict:
+    target = report
+    for part in key[:-1]:
+        if not isinstance(target, (dict, list)) or (isinstance(target, list) and len(target) <= part):
+            return report
+        target = target[part]
+    if isinstance(target, dict) or (isinstance(target, list) and len(target) > key[-1]):
+        target[key[-1]] = value
+    return report
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(_RECORD.map(_line) | RAW_LINES, max_size=5),
+    st.sampled_from(_REPORT_KEYS),
+    JSON_VALUES,
+    st.sampled_from(["paper", "math-verify"]),
+)
+def test_compare_reads_random_reports_with_a_documented_status(tmp_path_factory, capsys, lines, key, value, scorer):
+    from del_plugin.evaluation import cli, score_predictions
+    from del_plugin.evaluation.errors import EXIT_OK, EXIT_UNUSABLE_INPUT, EXIT_USAGE
+
+    folder = tmp_path_factory.mktemp("compare")
+    for name, answer in (("base", "18"), ("cand", "4")):
+        outputs = [{"id": i, "output": f"The answer is {answer}"} for i in range(4)]
+        score_predictions("gsm8k", outputs, folder / name, name=name)
+    (folder / "cand" / "generations.jsonl").write_bytes(b"\n".join(lines))
+    report = json.loads((folder / "cand" / "report.json").read_text())
+    text = json.dumps(_edited(report, key, value))  # NaN and Infinity go in as JSON's extensions
+    (folder / "cand" / "report.json").write_text(text)
+    out = folder / "out"
+    argv = ["compare", folder / "base", folder / "cand", "--out", out, "--scorer", scorer]
+    status = _main(cli, argv, capsys)
+    assert status in (EXIT_OK, EXIT_USAGE, EXIT_UNUSABLE_INPUT)
+    if status != EXIT_OK:
+        assert not out.exists()
+    else:  # strict JSON: no NaN or Infinity token in what compare wrote
+        json.loads((out / "comparison.json").read_text(), parse_constant=pytest.fail)

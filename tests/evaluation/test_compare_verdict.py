@@ -214,11 +214,19 @@ def test_one_run_against_three_is_tested_on_the_pooled_seed_variance(tmp_path, g
     (s,) = verdict["sets"]
     # Student's t: DEL's variance stands for both arms (one run shows no spread of its own), 1 + 3 runs, df 2
     per_run = [0.45, 0.50, 0.58]
-    se = statistics.stdev(per_run) * math.sqrt(1 / 1 + 1 / 3)
+    seed_se2 = statistics.variance(per_run) * (1 / 1 + 1 / 3)
+    # plus the problems' term, by hand: per-problem differences of the arms' mean outcomes, less the runs' own
+    # noise in them (each problem's variance over DEL's three runs, standing for MLE's single run too)
+    d = [0] * 40 + [1] * 5 + [2 / 3] * 5 + [1 / 3] * 8 + [0] * 42
+    s2 = [0] * 45 + [1 / 3] * 13 + [0] * 42
+    term = max(0.0, statistics.variance(d) - statistics.mean(s2) * (1 / 3 + 1 / 1)) / n
+    assert term > 0
+    se = math.sqrt(seed_se2 + term)
+    df = (seed_se2 + term) ** 2 / (seed_se2**2 / 2 + term**2 / (n - 1))
     diff = statistics.mean(per_run) - 0.40
-    assert s["difference"]["se"] == pytest.approx(se) and s["difference"]["df"] == 2
-    assert s["p"] == pytest.approx(2 * t_dist.sf(diff / se, 2))
-    assert s["difference"]["high"] == pytest.approx(diff + t_dist.ppf(0.975, 2) * se)
+    assert s["difference"]["se"] == pytest.approx(se) and s["difference"]["df"] == pytest.approx(df)
+    assert s["p"] == pytest.approx(2 * t_dist.sf(diff / se, df))
+    assert s["difference"]["high"] == pytest.approx(diff + t_dist.ppf(0.975, df) * se)
     assert "pooled" in json.dumps(s) and "assumed to spread alike" in verdict["method"]
 
 

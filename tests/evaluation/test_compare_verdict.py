@@ -204,6 +204,7 @@ def test_several_seeds_take_the_run_as_the_replicate_welch_as_scipy(tmp_path, gs
     assert s["difference"]["high"] - s["difference"]["low"] > 0.3
     assert "Welch's t" in verdict["method"] and "the training run as the replicate" in verdict["line"]
     assert "runs an arm would resolve" in verdict["line"]
+    assert "spread alike" not in verdict["line"]  # both arms' spreads measured: no assumption to state
 
 
 def test_one_run_against_three_is_tested_on_the_pooled_seed_variance(tmp_path, gsm8k_references):
@@ -228,6 +229,9 @@ def test_one_run_against_three_is_tested_on_the_pooled_seed_variance(tmp_path, g
     assert s["p"] == pytest.approx(2 * t_dist.sf(diff / se, df))
     assert s["difference"]["high"] == pytest.approx(diff + t_dist.ppf(0.975, df) * se)
     assert "pooled" in json.dumps(s) and "assumed to spread alike" in verdict["method"]
+    # the assumption and its cost are in the line itself, not only in the method
+    assert "1 v 3 runs" in verdict["line"] and "assumes both recipes spread alike" in verdict["line"]
+    assert "train 2+ runs of each" in verdict["line"]
 
 
 def test_baseline_and_candidate_arms_from_the_command_line(tmp_path, gsm8k_references, capsys):

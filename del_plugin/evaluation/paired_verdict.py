@@ -8,8 +8,9 @@ interval, the difference with Tango's score interval and McNemar's exact test (m
 the run is the replicate (per-run accuracies, Welch's t; Student's t on the pooled seed variance when one arm has a
 single run: :func:`.stats.seed_difference`), problems the second level (the variance that sampling them adds to
 the difference, as the recipes' gain varies by problem: :func:`.stats.problem_term`).
-Either way the sets' p are Holm-adjusted; a difference is resolved when its interval excludes 0 and (per set) its
-adjusted p is below 0.05."""
+Either way the sets' p are Holm-adjusted, and a set's interval that excludes 0 beside an adjusted p of 0.05 or
+more is stretched to reach 0; a difference is resolved when its interval excludes 0 and (per set) its adjusted p
+is below 0.05."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ METHOD_ONE_RUN = (
     "by problem id; per set: accuracy with lm-eval's standard error and Wilson's interval; the difference with "
     "Tango's score interval (Tango 1998) and McNemar's exact test on the discordant pairs (McNemar 1947; scipy "
     "binomtest), the interval stretched to reach 0 where the exact test does not reject; Holm-adjusted over the "
-    "sets; the mean over sets by MOVER (Zou and Donner 2008) from the sets' intervals; detectable difference at "
+    "sets (an interval stretched to 0 where the adjusted p does not reject); the mean over sets by MOVER (Zou "
+    "and Donner 2008) from the sets' intervals; detectable difference at "
     "{power:.0%} power: (z_0.975 + z_0.8) x sqrt(discordant pairs, at least 1) / problems"
 )
 METHOD_SEEDS = (
@@ -52,7 +54,8 @@ METHOD_SEEDS = (
     "accuracies with {test}, each arm's seed variance at least 1 / problems^2 (a run is known to no better "
     "than one problem), plus the variance sampling the problems adds: V / problems, V the between-problem "
     "variance of the per-problem difference less the runs' own noise in it (Miller 2024), in Satterthwaite's "
-    "degrees of freedom; Holm-adjusted over the sets; the mean over "
+    "degrees of freedom; Holm-adjusted over the sets (an interval stretched to reach 0 where the adjusted p does "
+    "not reject); the mean over "
     "sets from each run's mean over sets; detectable difference at {power:.0%} power from the noncentral t"
 )
 _WELCH = "Welch's t interval and test (Satterthwaite's degrees of freedom)"
@@ -117,7 +120,7 @@ def _seed_stats(per_base: np.ndarray, per_cand: np.ndarray, problems: int, probl
     return {
         "baseline": _seed_arm(per_base, d["seed_variances"][0], arm_df[0]),
         "candidate": _seed_arm(per_cand, d["seed_variances"][1], arm_df[1]),
-        "difference": {k: d[k] for k in ("value", "low", "high", "se", "df", "pooled")},
+        "difference": {k: d[k] for k in ("value", "low", "high", "se", "df", "pooled")} | {"stretched": False},
         "discordant": None,
         "p": d["p"],
         "detectable": d["detectable"],
@@ -134,6 +137,10 @@ def _seed_set(s: SetOutcomes) -> dict:
 
 def _resolve(entry: dict, adjusted_p: float | None, labels: tuple[str, str]) -> None:
     d = entry["difference"]
+    if adjusted_p is not None and adjusted_p >= ALPHA and (d["low"] > 0 or d["high"] < 0):
+        # Holm adjusts the p of several sets, not their intervals: an interval that excludes 0 beside an adjusted
+        # p that does not reject is stretched to reach 0, as for the exact test, so the two never disagree
+        d["low"], d["high"], d["stretched"] = min(d["low"], 0.0), max(d["high"], 0.0), True
     excludes_zero = d["low"] > 0 or d["high"] < 0
     entry["resolved"] = bool(excludes_zero and (adjusted_p is None or adjusted_p < ALPHA))
     entry["better"] = (labels[1] if d["value"] > 0 else labels[0]) if entry["resolved"] else None

@@ -20,6 +20,7 @@ from scipy.stats import ttest_1samp, ttest_ind
 
 from del_plugin.evaluation import cli, load_benchmark, load_report, score_predictions
 from del_plugin.evaluation.errors import EXIT_USAGE, UsageError
+from del_plugin.evaluation.paired_verdict import SetOutcomes, outcome_verdict
 from del_plugin.evaluation.stats import (
     accuracy_se,
     detectable_difference,
@@ -102,6 +103,31 @@ def test_the_interval_never_excludes_zero_beside_an_exact_p_that_does_not_reject
         for n in (20, 40, 400):
             d = paired_difference(wins, 20 - wins, n)
             assert (d["low"] > 0 or d["high"] < 0) <= (d["p"] < 0.05)
+
+
+def _one_run_set(name: str, wins: int, losses: int, n: int) -> SetOutcomes:
+    """One run an arm on ``n`` problems: ``wins`` only the candidate got right, ``losses`` only the baseline, the
+    rest right for both."""
+    base = np.ones(n, dtype=np.int8)
+    cand = np.ones(n, dtype=np.int8)
+    cand[:losses] = 0
+    base[losses : losses + wins] = 0
+    return SetOutcomes(name, name, False, base[None], cand[None])
+
+
+def test_a_sets_interval_never_excludes_zero_beside_a_holm_p_that_does_not_reject():
+    """Holm adjusts the sets' p, not their intervals: set A, 13 v 3 discordant of 200, has an exact p of 0.021 and
+    Tango's interval [+1.2, +9.5], but Holm over three sets makes its p 0.064. The interval is stretched to 0."""
+    sets = [_one_run_set("A", 13, 3, 200), _one_run_set("B", 2, 2, 200), _one_run_set("C", 1, 1, 200)]
+    entries, _, _ = outcome_verdict(sets, ("MLE", "DEL"))
+    a = entries[0]
+    exact_p = _exact_two_sided(13, 3)
+    assert a["p"] == pytest.approx(exact_p) and exact_p < 0.05
+    assert a["holm_p"] == pytest.approx(3 * exact_p) and a["holm_p"] >= 0.05  # the other two sets' p are 1
+    low, high = tango_interval(13, 3, 200)
+    assert low > 0  # unadjusted, the interval would say resolved
+    assert (a["difference"]["low"], a["difference"]["high"]) == (0.0, pytest.approx(high))
+    assert a["difference"]["stretched"] and not a["resolved"] and a["better"] is None
 
 
 def test_wilson_and_mover_against_independent_references():

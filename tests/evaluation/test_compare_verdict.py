@@ -409,7 +409,8 @@ def _data_report(folder, name: str, rows: list[dict]):
 
     folder.mkdir(parents=True)
     right = sum(r["correct"] for r in rows)
-    errors = [r["abs_error"] for r in rows]
+    errors = [r["abs_error"] for r in rows if r["abs_error"] is not None]  # over the problems answered
+    logs = [e for e in map(log_error, rows) if e is not None]
     entry = {
         "name": "heldout",
         "benchmark": None,
@@ -418,8 +419,13 @@ def _data_report(folder, name: str, rows: list[dict]):
         "evaluated": len(rows),
         "issues": [],
         "coverage": None,
-        "generation": {"n": len(rows), "correct": right, "accuracy": right / len(rows), "mae": sum(errors) / len(rows)}
-        | {"log_mae": sum(map(log_error, rows)) / len(rows)},
+        "generation": {
+            "n": len(rows),
+            "correct": right,
+            "accuracy": right / len(rows),
+            "mae": sum(errors) / len(errors),
+        }
+        | {"log_mae": sum(logs) / len(logs)},
         "teacher_forced": None,
     }
     report = {"schema": SCHEMA, "name": name, "status": "complete", "model": {}, "settings": {}, "datasets": [entry]}
@@ -501,3 +507,35 @@ def test_the_detectable_difference_counts_at_least_one_discordant_pair():
     assert summary["problems_to_resolve"] is None  # a difference of 0 is resolved by no sample
     docs = (REPO / "docs" / "evaluation.md").read_text()
     assert "counting **at least one discordant pair**" in docs
+
+
+def _error_rows(errors: list[float | None]) -> list[dict]:
+    """--data rows with these absolute errors (None: no answer), reference 10, none right."""
+    return [
+        {"correct": False, "prediction": None if e is None else str(10 + e), "reference": "10", "abs_error": e}
+        for e in errors
+    ]
+
+
+def test_errors_all_closer_by_the_same_amount_on_two_problems_are_not_bold(tmp_path, capsys):
+    # every difference the same: no variance for the t test, so the exact sign test stands in: 2 of 2 closer,
+    # p = 2 x 0.5^2 = 0.5, not resolved (it once read as certain, p 0)
+    mle = _data_report(tmp_path / "mle", "MLE", _error_rows([2.0, 2.0]))
+    dels = _data_report(tmp_path / "del", "DEL", _error_rows([1.0, 1.0]))
+    assert cli.main(["compare", str(mle), str(dels), "--out", str(tmp_path / "c")]) == 0
+    rows = [line for line in capsys.readouterr().out.split("## heldout")[1].splitlines() if line.startswith("| ")]
+    mle_row, del_row = (next(r for r in rows if r.startswith(f"| {name} |")) for name in ("MLE", "DEL"))
+    assert "| 2.000 |" in mle_row and "| 1.000 |" in del_row
+    assert "**" not in mle_row + del_row
+
+
+def test_bold_never_lands_on_the_higher_mae_the_table_shows(tmp_path, capsys):
+    # DEL 1 closer on the 10 problems both answered (the paired t test: certain), but DEL also answered 5 that MLE
+    # did not, each 1,000 off: its MAE as shown, (10 x 1 + 5 x 1,000) / 15 = 334.0, against MLE's 2.0
+    mle = _data_report(tmp_path / "mle", "MLE", _error_rows([2.0] * 10 + [None] * 5))
+    dels = _data_report(tmp_path / "del", "DEL", _error_rows([1.0] * 10 + [1000.0] * 5))
+    assert cli.main(["compare", str(mle), str(dels), "--out", str(tmp_path / "c")]) == 0
+    rows = [line for line in capsys.readouterr().out.split("## heldout")[1].splitlines() if line.startswith("| ")]
+    mle_row, del_row = (next(r for r in rows if r.startswith(f"| {name} |")) for name in ("MLE", "DEL"))
+    assert "| 2.000 |" in mle_row and "| 334.000 |" in del_row
+    assert "**" not in mle_row + del_row

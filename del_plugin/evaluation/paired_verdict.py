@@ -53,8 +53,8 @@ METHOD_SEEDS = (
     "2021; Miller 2024): each run's accuracy on the paired problems; the difference of the arms' mean run "
     "accuracies with {test}, each arm's seed variance at least 1 / problems^2 (a run is known to no better "
     "than one problem), plus the variance sampling the problems adds: V / problems, V the between-problem "
-    "variance of the per-problem difference less the runs' own noise in it (Miller 2024), in Satterthwaite's "
-    "degrees of freedom; Holm-adjusted over the sets (an interval stretched to reach 0 where the adjusted p does "
+    "variance of the per-problem difference less the runs' own noise in it (Miller 2024), the degrees of freedom "
+    "the seed variance's; Holm-adjusted over the sets (an interval stretched to reach 0 where the adjusted p does "
     "not reject); the mean over "
     "sets from each run's mean over sets; detectable difference at {power:.0%} power from the noncentral t"
 )
@@ -111,7 +111,7 @@ def _seed_arm(per_run: np.ndarray, variance: float, df: float) -> dict:
     return {"accuracy": value, "se": se, "low": max(0.0, value - half), "high": min(1.0, value + half)}
 
 
-def _seed_stats(per_base: np.ndarray, per_cand: np.ndarray, problems: int, problem: tuple[float, float]) -> dict:
+def _seed_stats(per_base: np.ndarray, per_cand: np.ndarray, problems: int, problem: float) -> dict:
     """The difference of per-run accuracies with the problems' term (:func:`.stats.seed_difference`) and each
     arm's accuracy."""
     d = seed_difference(per_base, per_cand, problems, problem=problem)
@@ -187,8 +187,7 @@ def _seed_summary(sets: Sequence[SetOutcomes]) -> dict:
     k = len(sets)
     per_base = sum(s.baseline.mean(axis=1) for s in sets) / k
     per_cand = sum(s.candidate.mean(axis=1) for s in sets) / k
-    terms = [problem_term(s.baseline, s.candidate) for s in sets]
-    problem = (sum(t for t, _ in terms) / k**2, sum(share for _, share in terms) / k**4)
+    problem = sum(problem_term(s.baseline, s.candidate) for s in sets) / k**2
     return _seed_stats(per_base, per_cand, _problems(sets), problem)
 
 

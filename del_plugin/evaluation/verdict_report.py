@@ -70,7 +70,10 @@ def _resolvable(summary: dict, single: bool) -> str:
     if not single and summary.get("seeds_to_resolve"):
         return f"{said}; about {summary['seeds_to_resolve']} runs an arm would resolve {_signed(value)}"
     if not single and value != 0:
-        return f"{said}; even 100 runs an arm at this seed spread would not resolve {_signed(value)}"
+        return (
+            f"{said}; even 100 runs an arm would not resolve {_signed(value)} on this many problems (more runs do "
+            "not shrink the problems' share of the noise)"
+        )
     return said
 
 

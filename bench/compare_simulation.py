@@ -3,12 +3,14 @@
     python bench/compare_simulation.py [--datasets 2000] [--out bench/results/compare_simulation.json]
 
 For each row of the grid (one run an arm: discordance 0.2 and 0.48, 20, 200 and 1,000 problems; 3 v 3 and 1 v 3
-runs on 1,000 problems, the runs' accuracies spread by 0, 1.7 and 4.2 points), ``--datasets`` datasets with no true
-difference, each put through the verdict's own code (tests/helpers/verdict_simulation.py): how often it is called
-resolved, how often the interval covers 0, the stated detectable difference (averaged), the standard error against
-the estimate's actual spread; then as many datasets with that detectable difference as the truth, and how often
-it is resolved (the power the verdict claims is 80 %). Seeded: the same table every run. Resumable: each finished
-row is saved to ``--out`` at once, and a run started again skips the rows there (``--fresh`` starts over).
+runs on 1,000 problems, the runs' accuracies spread by 0, 1.7 and 4.2 points; then with the recipe's gain varying
+by problem, tau 1 on the logit scale; and 1 v 3 where the single run's recipe spreads 4.2 points, the other's 0),
+``--datasets`` datasets with no true difference, each put through the verdict's own code
+(tests/helpers/verdict_simulation.py): how often it is called resolved, how often the interval covers 0, the stated
+detectable difference (averaged), the standard error against the estimate's actual spread; then as many datasets
+with that detectable difference as the truth, and how often it is resolved (the power the verdict claims is 80 %).
+Seeded: the same table every run. Resumable: each finished row is saved to ``--out`` at once, and a run started
+again skips the rows there (``--fresh`` starts over).
 """
 
 from __future__ import annotations
@@ -26,15 +28,21 @@ from tqdm import tqdm  # noqa: E402
 
 from verdict_simulation import Row, binomial_margin, simulate  # noqa: E402
 
-GRID = [Row((1, 1), n, discordance=q) for q in (0.2, 0.48) for n in (20, 200, 1000)] + [
-    Row(runs, 1000, spread=s) for runs in ((3, 3), (1, 3)) for s in (0.0, 0.017, 0.042)
-]
+GRID = (
+    [Row((1, 1), n, discordance=q) for q in (0.2, 0.48) for n in (20, 200, 1000)]
+    + [Row(runs, 1000, spread=s) for runs in ((3, 3), (1, 3)) for s in (0.0, 0.017, 0.042)]
+    + [Row(runs, 1000, spread=s, tau=1.0) for runs in ((3, 3), (1, 3)) for s in (0.0, 0.017)]
+    + [Row((1, 3), 1000, spread=0.0, base_spread=0.042)]
+)
 
 
 def _key(row: Row) -> str:
     if row.runs == (1, 1):
         return f"1 v 1, {row.problems:,} problems, discordance {row.discordance}"
-    return f"{row.runs[0]} v {row.runs[1]}, {row.problems:,} problems, seed spread {100 * row.spread:.1f}"
+    key = f"{row.runs[0]} v {row.runs[1]}, {row.problems:,} problems, seed spread {100 * row.spread:.1f}"
+    if row.base_spread is not None:
+        key += f" (the single run's recipe {100 * row.base_spread:.1f})"
+    return key + (f", problem effects tau {row.tau}" if row.tau else "")
 
 
 def _row(row: Row, datasets: int, seed: int) -> dict:

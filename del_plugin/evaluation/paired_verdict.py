@@ -6,9 +6,11 @@ One run an arm compares two checkpoints: per set, each accuracy with lm-eval's s
 interval, the difference with Tango's score interval and McNemar's exact test (made to agree:
 :func:`.stats.paired_difference`), the mean over sets by MOVER. Several runs an arm compare two training recipes:
 the run is the replicate (per-run accuracies, Welch's t; Student's t on the pooled seed variance when one arm has a
-single run: :func:`.stats.seed_difference`), problems the second level (a run's accuracy is its mean over them).
-Either way the sets' p are Holm-adjusted; a difference is resolved when its interval excludes 0 and (per set) its
-adjusted p is below 0.05."""
+single run: :func:`.stats.seed_difference`), problems the second level (the variance that sampling them adds to
+the difference, as the recipes' gain varies by problem: :func:`.stats.problem_term`).
+Either way the sets' p are Holm-adjusted, and a set's interval that excludes 0 beside an adjusted p of 0.05 or
+more is stretched to reach 0; a difference is resolved when its interval excludes 0 and (per set) its adjusted p
+is below 0.05."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from .stats import (
     holm,
     mover_mean,
     paired_difference,
+    problem_term,
     problems_to_resolve,
     seed_difference,
     seeds_to_resolve,
@@ -41,14 +44,18 @@ METHOD_ONE_RUN = (
     "by problem id; per set: accuracy with lm-eval's standard error and Wilson's interval; the difference with "
     "Tango's score interval (Tango 1998) and McNemar's exact test on the discordant pairs (McNemar 1947; scipy "
     "binomtest), the interval stretched to reach 0 where the exact test does not reject; Holm-adjusted over the "
-    "sets; the mean over sets by MOVER (Zou and Donner 2008) from the sets' intervals; detectable difference at "
+    "sets (an interval stretched to 0 where the adjusted p does not reject); the mean over sets by MOVER (Zou "
+    "and Donner 2008) from the sets' intervals; detectable difference at "
     "{power:.0%} power: (z_0.975 + z_0.8) x sqrt(discordant pairs, at least 1) / problems"
 )
 METHOD_SEEDS = (
     "several runs an arm: the training run is the replicate and problems the second level (Bouthillier et al. "
     "2021; Miller 2024): each run's accuracy on the paired problems; the difference of the arms' mean run "
     "accuracies with {test}, each arm's seed variance at least 1 / problems^2 (a run is known to no better "
-    "than one problem); Holm-adjusted over the sets; the mean over "
+    "than one problem), plus the variance sampling the problems adds: V / problems, V the between-problem "
+    "variance of the per-problem difference less the runs' own noise in it (Miller 2024), the degrees of freedom "
+    "the seed variance's; Holm-adjusted over the sets (an interval stretched to reach 0 where the adjusted p does "
+    "not reject); the mean over "
     "sets from each run's mean over sets; detectable difference at {power:.0%} power from the noncentral t"
 )
 _WELCH = "Welch's t interval and test (Satterthwaite's degrees of freedom)"
@@ -104,28 +111,36 @@ def _seed_arm(per_run: np.ndarray, variance: float, df: float) -> dict:
     return {"accuracy": value, "se": se, "low": max(0.0, value - half), "high": min(1.0, value + half)}
 
 
-def _seed_stats(per_base: np.ndarray, per_cand: np.ndarray, problems: int) -> dict:
-    """The difference of per-run accuracies (:func:`.stats.seed_difference`) and each arm's accuracy."""
-    d = seed_difference(per_base, per_cand, problems)
+def _seed_stats(per_base: np.ndarray, per_cand: np.ndarray, problems: int, problem: float) -> dict:
+    """The difference of per-run accuracies with the problems' term (:func:`.stats.seed_difference`) and each
+    arm's accuracy."""
+    d = seed_difference(per_base, per_cand, problems, problem=problem)
     arm_df = [len(per_base) - 1, len(per_cand) - 1]
     arm_df = [df if df >= 1 else max(arm_df) for df in arm_df]  # one run: the other arm's seed variance
     return {
         "baseline": _seed_arm(per_base, d["seed_variances"][0], arm_df[0]),
         "candidate": _seed_arm(per_cand, d["seed_variances"][1], arm_df[1]),
-        "difference": {k: d[k] for k in ("value", "low", "high", "se", "df", "pooled")},
+        "difference": {k: d[k] for k in ("value", "low", "high", "se", "df", "pooled")} | {"stretched": False},
         "discordant": None,
         "p": d["p"],
         "detectable": d["detectable"],
         "_seed_variances": d["seed_variances"],
+        "_problem_variance": d["problem_variance"],
     }
 
 
 def _seed_set(s: SetOutcomes) -> dict:
-    return _seed_stats(s.baseline.mean(axis=1), s.candidate.mean(axis=1), s.problems)
+    return _seed_stats(
+        s.baseline.mean(axis=1), s.candidate.mean(axis=1), s.problems, problem_term(s.baseline, s.candidate)
+    )
 
 
 def _resolve(entry: dict, adjusted_p: float | None, labels: tuple[str, str]) -> None:
     d = entry["difference"]
+    if adjusted_p is not None and adjusted_p >= ALPHA and (d["low"] > 0 or d["high"] < 0):
+        # Holm adjusts the p of several sets, not their intervals: an interval that excludes 0 beside an adjusted
+        # p that does not reject is stretched to reach 0, as for the exact test, so the two never disagree
+        d["low"], d["high"], d["stretched"] = min(d["low"], 0.0), max(d["high"], 0.0), True
     excludes_zero = d["low"] > 0 or d["high"] < 0
     entry["resolved"] = bool(excludes_zero and (adjusted_p is None or adjusted_p < ALPHA))
     entry["better"] = (labels[1] if d["value"] > 0 else labels[0]) if entry["resolved"] else None
@@ -167,11 +182,13 @@ def _one_run_summary(entries: Sequence[dict]) -> dict:
 
 
 def _seed_summary(sets: Sequence[SetOutcomes]) -> dict:
-    """The mean over sets of several runs an arm: each run's mean over sets, the run as the replicate."""
+    """The mean over sets of several runs an arm: each run's mean over sets, the run as the replicate; the sets'
+    problem terms (independent samples) added, each weighted by 1 / sets^2."""
     k = len(sets)
     per_base = sum(s.baseline.mean(axis=1) for s in sets) / k
     per_cand = sum(s.candidate.mean(axis=1) for s in sets) / k
-    return _seed_stats(per_base, per_cand, _problems(sets))
+    problem = sum(problem_term(s.baseline, s.candidate) for s in sets) / k**2
+    return _seed_stats(per_base, per_cand, _problems(sets), problem)
 
 
 def outcome_verdict(sets: Sequence[SetOutcomes], labels: tuple[str, str]) -> tuple[list[dict], dict, str]:
@@ -197,9 +214,12 @@ def outcome_verdict(sets: Sequence[SetOutcomes], labels: tuple[str, str]) -> tup
         method = METHOD_ONE_RUN.format(power=POWER)
     else:
         if not summary["resolved"]:  # what would resolve the difference seen
-            summary["seeds_to_resolve"] = seeds_to_resolve(summary["difference"]["value"], summary["_seed_variances"])
+            summary["seeds_to_resolve"] = seeds_to_resolve(
+                summary["difference"]["value"], summary["_seed_variances"], summary["_problem_variance"]
+            )
         for entry in (*entries, summary):
             entry.pop("_seed_variances", None)
+            entry.pop("_problem_variance", None)
         pooled = any(e["difference"]["pooled"] for e in entries)
         method = METHOD_SEEDS.format(test=_POOLED if pooled else _WELCH, power=POWER)
     return entries, summary, method

@@ -49,20 +49,31 @@ PAIRED_TESTED = (
 
 
 def _paired_t_p(differences: Sequence[float]) -> float:
-    """Two-sided paired t test of a mean difference (scipy's ttest_1samp on the differences); differences all the
-    same and not 0 are certain (p 0), all 0 are not (p 1)."""
+    """Two-sided paired t test of a mean difference (scipy's ttest_1samp on the differences). Differences all the
+    same have no variance for the t test: the exact sign test stands in (all n of one sign: p = 2^(1 - n), so two
+    problems each 1 closer are not resolved; all 0: p 1)."""
     from scipy.stats import ttest_1samp
+
+    from .stats import sign_test_p
 
     if len(differences) < 2:
         return 1.0
     if len(set(differences)) == 1:
-        return 0.0 if differences[0] != 0 else 1.0
+        return sign_test_p(len(differences), 0) if differences[0] != 0 else 1.0
     return float(ttest_1samp(differences, 0.0).pvalue)
+
+
+def _own_mean(records: dict, value) -> float | None:
+    """A run's mean of ``value`` over the problems it has one for: what its report shows (MAE over the problems it
+    answered), which may be over more problems than the paired test's."""
+    values = [float(v) for v in (value(record) for _, record in records.values()) if v is not None]
+    return sum(values) / len(values) if values else None
 
 
 def _paired_winners(base: dict, cand: dict, labels: tuple[str, str]) -> dict[str, str]:
     """``{column: label}`` of the --data columns on which one run is better by a paired test (p < 0.05): MAE and
-    log-MAE by the paired t test on the errors themselves, so that only the lower mean error can be bold;
+    log-MAE by the paired t test on the errors themselves, and only where the values the tables show (each run's
+    mean over its own answered problems) order the same way, so that only the lower mean error can be bold;
     teacher-forced digit accuracy by the exact sign test over the problems."""
     from .stats import sign_test_p
 
@@ -75,6 +86,10 @@ def _paired_winners(base: dict, cand: dict, labels: tuple[str, str]) -> dict[str
         if test == "t":
             gain = sum(c - b for b, c in pairs) * (1 if higher else -1)  # > 0: the candidate is better
             p = _paired_t_p([c - b for b, c in pairs])
+            shown = _own_mean(base, value), _own_mean(cand, value)  # the values the tables put side by side
+            shown_gain = (shown[1] - shown[0]) * (1 if higher else -1)
+            if gain * shown_gain <= 0:  # the paired gain and the shown values disagree: bold would mislead
+                continue
         else:
             cand_wins = sum((c > b) if higher else (c < b) for b, c in pairs)
             base_wins = sum((b > c) if higher else (b < c) for b, c in pairs)

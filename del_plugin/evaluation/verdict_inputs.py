@@ -176,7 +176,7 @@ def problem_records(report: dict, scorer: str) -> tuple[dict[str, dict[str, tupl
 
 def refuse_unpairable_runs(runs: Sequence[dict], paths: Sequence[Path]) -> None:
     """The same run twice (one folder, or identical generations files: UsageError) and a set whose file differs
-    between runs (its sha256: UnusableInput) cannot be paired."""
+    between runs (its sha256, or a sha256 some runs' reports lack: UnusableInput) cannot be paired."""
     seen: dict[str, str] = {}
     for report, path in zip(runs, paths):
         raw = path.read_bytes()
@@ -189,12 +189,14 @@ def refuse_unpairable_runs(runs: Sequence[dict], paths: Sequence[Path]) -> None:
                 )
             seen[key] = str(report.get("_path"))
     files: dict[str, tuple[str, str]] = {}
+    unknown: dict[str, str] = {}  # set name: a run whose report does not say which file it scored
     for report in runs:
         for entry in report["datasets"]:
             sha = (entry.get("source") or {}).get("sha256")
-            if not isinstance(sha, str):
-                continue
             name = entry["name"]
+            if not isinstance(sha, str):
+                unknown.setdefault(name, str(report.get("_path")))
+                continue
             if name in files and files[name][0] != sha:
                 raise UnusableInput(
                     f"{report.get('_path')}: its {name} file (sha256 {sha[:12]}) is not the one of "
@@ -202,3 +204,8 @@ def refuse_unpairable_runs(runs: Sequence[dict], paths: Sequence[Path]) -> None:
                     "paired; score both on the same file"
                 )
             files.setdefault(name, (sha, str(report.get("_path"))))
+    for name in unknown.keys() & files.keys():  # one side unchecked would make the check above optional
+        raise UnusableInput(
+            f"{unknown[name]}: its {name} entry has no source.sha256, while {files[name][1]}'s does: it cannot be "
+            "told whether both scored the same file; score it again with this del-eval"
+        )

@@ -43,6 +43,11 @@ def verdict_line(verdict: dict) -> str:
     else:
         runs = (len(verdict["baseline"]["runs"]), len(verdict["candidate"]["runs"]))
         line += f"; {runs[0]} v {runs[1]} runs, the training run as the replicate"
+        if min(runs) == 1:  # the pooled test: what it assumes and what that costs, where it is read
+            line += (
+                "; assumes both recipes spread alike (the single run's spread is not measured: if its recipe "
+                "spreads more, this test calls too much resolved); train 2+ runs of each for a test that does not"
+            )
     dropped = verdict.get("dropped")
     if dropped:
         line += (
@@ -65,7 +70,10 @@ def _resolvable(summary: dict, single: bool) -> str:
     if not single and summary.get("seeds_to_resolve"):
         return f"{said}; about {summary['seeds_to_resolve']} runs an arm would resolve {_signed(value)}"
     if not single and value != 0:
-        return f"{said}; even 100 runs an arm at this seed spread would not resolve {_signed(value)}"
+        return (
+            f"{said}; even 100 runs an arm would not resolve {_signed(value)} on this many problems (more runs do "
+            "not shrink the problems' share of the noise)"
+        )
     return said
 
 

@@ -158,6 +158,12 @@ def test_sets_scored_on_different_files_are_refused(pair, tmp_path, capsys):
     _refused(capsys, tmp_path, pair, EXIT_UNUSABLE_INPUT, "(sha256 000000000000) is not the one of")
 
 
+def test_a_set_whose_file_one_report_does_not_name_is_refused(pair, tmp_path, capsys):
+    # the sha256 check cannot be skipped by a report that lacks source.sha256 while the other has it
+    _edit_report(pair[1], lambda r: r["datasets"][0]["source"].pop("sha256"))
+    _refused(capsys, tmp_path, pair, EXIT_UNUSABLE_INPUT, "its gsm8k entry has no source.sha256, while")
+
+
 def test_the_same_run_twice_is_refused(pair, tmp_path, capsys):
     base, cand = pair
     argv = ["--baseline", base, base, base, "--candidate", cand, cand, cand]

@@ -20,6 +20,7 @@ from scipy.stats import ttest_1samp, ttest_ind
 
 from del_plugin.evaluation import cli, load_benchmark, load_report, score_predictions
 from del_plugin.evaluation.errors import EXIT_USAGE, UsageError
+from del_plugin.evaluation.paired_verdict import SetOutcomes, outcome_verdict
 from del_plugin.evaluation.stats import (
     accuracy_se,
     detectable_difference,
@@ -102,6 +103,31 @@ def test_the_interval_never_excludes_zero_beside_an_exact_p_that_does_not_reject
         for n in (20, 40, 400):
             d = paired_difference(wins, 20 - wins, n)
             assert (d["low"] > 0 or d["high"] < 0) <= (d["p"] < 0.05)
+
+
+def _one_run_set(name: str, wins: int, losses: int, n: int) -> SetOutcomes:
+    """One run an arm on ``n`` problems: ``wins`` only the candidate got right, ``losses`` only the baseline, the
+    rest right for both."""
+    base = np.ones(n, dtype=np.int8)
+    cand = np.ones(n, dtype=np.int8)
+    cand[:losses] = 0
+    base[losses : losses + wins] = 0
+    return SetOutcomes(name, name, False, base[None], cand[None])
+
+
+def test_a_sets_interval_never_excludes_zero_beside_a_holm_p_that_does_not_reject():
+    """Holm adjusts the sets' p, not their intervals: set A, 13 v 3 discordant of 200, has an exact p of 0.021 and
+    Tango's interval [+1.2, +9.5], but Holm over three sets makes its p 0.064. The interval is stretched to 0."""
+    sets = [_one_run_set("A", 13, 3, 200), _one_run_set("B", 2, 2, 200), _one_run_set("C", 1, 1, 200)]
+    entries, _, _ = outcome_verdict(sets, ("MLE", "DEL"))
+    a = entries[0]
+    exact_p = _exact_two_sided(13, 3)
+    assert a["p"] == pytest.approx(exact_p) and exact_p < 0.05
+    assert a["holm_p"] == pytest.approx(3 * exact_p) and a["holm_p"] >= 0.05  # the other two sets' p are 1
+    low, high = tango_interval(13, 3, 200)
+    assert low > 0  # unadjusted, the interval would say resolved
+    assert (a["difference"]["low"], a["difference"]["high"]) == (0.0, pytest.approx(high))
+    assert a["difference"]["stretched"] and not a["resolved"] and a["better"] is None
 
 
 def test_wilson_and_mover_against_independent_references():
@@ -204,6 +230,7 @@ def test_several_seeds_take_the_run_as_the_replicate_welch_as_scipy(tmp_path, gs
     assert s["difference"]["high"] - s["difference"]["low"] > 0.3
     assert "Welch's t" in verdict["method"] and "the training run as the replicate" in verdict["line"]
     assert "runs an arm would resolve" in verdict["line"]
+    assert "spread alike" not in verdict["line"]  # both arms' spreads measured: no assumption to state
 
 
 def test_one_run_against_three_is_tested_on_the_pooled_seed_variance(tmp_path, gsm8k_references):
@@ -214,12 +241,23 @@ def test_one_run_against_three_is_tested_on_the_pooled_seed_variance(tmp_path, g
     (s,) = verdict["sets"]
     # Student's t: DEL's variance stands for both arms (one run shows no spread of its own), 1 + 3 runs, df 2
     per_run = [0.45, 0.50, 0.58]
-    se = statistics.stdev(per_run) * math.sqrt(1 / 1 + 1 / 3)
+    seed_se2 = statistics.variance(per_run) * (1 / 1 + 1 / 3)
+    # plus the problems' term, by hand: per-problem differences of the arms' mean outcomes, less the runs' own
+    # noise in them (each problem's variance over DEL's three runs, standing for MLE's single run too)
+    d = [0] * 40 + [1] * 5 + [2 / 3] * 5 + [1 / 3] * 8 + [0] * 42
+    s2 = [0] * 45 + [1 / 3] * 13 + [0] * 42
+    term = max(0.0, statistics.variance(d) - statistics.mean(s2) * (1 / 3 + 1 / 1)) / n
+    assert term > 0
+    se = math.sqrt(seed_se2 + term)
+    df = 2  # the seed variance's (1 + 3 runs, DEL's three): the problems' term does not raise them
     diff = statistics.mean(per_run) - 0.40
-    assert s["difference"]["se"] == pytest.approx(se) and s["difference"]["df"] == 2
-    assert s["p"] == pytest.approx(2 * t_dist.sf(diff / se, 2))
-    assert s["difference"]["high"] == pytest.approx(diff + t_dist.ppf(0.975, 2) * se)
+    assert s["difference"]["se"] == pytest.approx(se) and s["difference"]["df"] == pytest.approx(df)
+    assert s["p"] == pytest.approx(2 * t_dist.sf(diff / se, df))
+    assert s["difference"]["high"] == pytest.approx(diff + t_dist.ppf(0.975, df) * se)
     assert "pooled" in json.dumps(s) and "assumed to spread alike" in verdict["method"]
+    # the assumption and its cost are in the line itself, not only in the method
+    assert "1 v 3 runs" in verdict["line"] and "assumes both recipes spread alike" in verdict["line"]
+    assert "train 2+ runs of each" in verdict["line"]
 
 
 def test_baseline_and_candidate_arms_from_the_command_line(tmp_path, gsm8k_references, capsys):
@@ -371,7 +409,8 @@ def _data_report(folder, name: str, rows: list[dict]):
 
     folder.mkdir(parents=True)
     right = sum(r["correct"] for r in rows)
-    errors = [r["abs_error"] for r in rows]
+    errors = [r["abs_error"] for r in rows if r["abs_error"] is not None]  # over the problems answered
+    logs = [e for e in map(log_error, rows) if e is not None]
     entry = {
         "name": "heldout",
         "benchmark": None,
@@ -380,8 +419,13 @@ def _data_report(folder, name: str, rows: list[dict]):
         "evaluated": len(rows),
         "issues": [],
         "coverage": None,
-        "generation": {"n": len(rows), "correct": right, "accuracy": right / len(rows), "mae": sum(errors) / len(rows)}
-        | {"log_mae": sum(map(log_error, rows)) / len(rows)},
+        "generation": {
+            "n": len(rows),
+            "correct": right,
+            "accuracy": right / len(rows),
+            "mae": sum(errors) / len(errors),
+        }
+        | {"log_mae": sum(logs) / len(logs)},
         "teacher_forced": None,
     }
     report = {"schema": SCHEMA, "name": name, "status": "complete", "model": {}, "settings": {}, "datasets": [entry]}
@@ -463,3 +507,35 @@ def test_the_detectable_difference_counts_at_least_one_discordant_pair():
     assert summary["problems_to_resolve"] is None  # a difference of 0 is resolved by no sample
     docs = (REPO / "docs" / "evaluation.md").read_text()
     assert "counting **at least one discordant pair**" in docs
+
+
+def _error_rows(errors: list[float | None]) -> list[dict]:
+    """--data rows with these absolute errors (None: no answer), reference 10, none right."""
+    return [
+        {"correct": False, "prediction": None if e is None else str(10 + e), "reference": "10", "abs_error": e}
+        for e in errors
+    ]
+
+
+def test_errors_all_closer_by_the_same_amount_on_two_problems_are_not_bold(tmp_path, capsys):
+    # every difference the same: no variance for the t test, so the exact sign test stands in: 2 of 2 closer,
+    # p = 2 x 0.5^2 = 0.5, not resolved (it once read as certain, p 0)
+    mle = _data_report(tmp_path / "mle", "MLE", _error_rows([2.0, 2.0]))
+    dels = _data_report(tmp_path / "del", "DEL", _error_rows([1.0, 1.0]))
+    assert cli.main(["compare", str(mle), str(dels), "--out", str(tmp_path / "c")]) == 0
+    rows = [line for line in capsys.readouterr().out.split("## heldout")[1].splitlines() if line.startswith("| ")]
+    mle_row, del_row = (next(r for r in rows if r.startswith(f"| {name} |")) for name in ("MLE", "DEL"))
+    assert "| 2.000 |" in mle_row and "| 1.000 |" in del_row
+    assert "**" not in mle_row + del_row
+
+
+def test_bold_never_lands_on_the_higher_mae_the_table_shows(tmp_path, capsys):
+    # DEL 1 closer on the 10 problems both answered (the paired t test: certain), but DEL also answered 5 that MLE
+    # did not, each 1,000 off: its MAE as shown, (10 x 1 + 5 x 1,000) / 15 = 334.0, against MLE's 2.0
+    mle = _data_report(tmp_path / "mle", "MLE", _error_rows([2.0] * 10 + [None] * 5))
+    dels = _data_report(tmp_path / "del", "DEL", _error_rows([1.0] * 10 + [1000.0] * 5))
+    assert cli.main(["compare", str(mle), str(dels), "--out", str(tmp_path / "c")]) == 0
+    rows = [line for line in capsys.readouterr().out.split("## heldout")[1].splitlines() if line.startswith("| ")]
+    mle_row, del_row = (next(r for r in rows if r.startswith(f"| {name} |")) for name in ("MLE", "DEL"))
+    assert "| 2.000 |" in mle_row and "| 334.000 |" in del_row
+    assert "**" not in mle_row + del_row

@@ -12,8 +12,12 @@ Two models:
 * several runs an arm: each problem has a difficulty p ~ Beta(2, 2) (the same problems for both arms); a run of a
   recipe adds a seed effect u ~ N(0, sigma) on the logit scale (sigma set so that the runs' accuracies spread by
   ``spread`` points), the candidate's recipe a shift c; a run gets problem j right with probability
-  expit(logit p_j + c + u). The true difference is the recipe's expected accuracy gain on those problems,
-  averaged over seeds (Gauss-Hermite)."""
+  expit(logit p_j + c + u). With ``tau`` the candidate's recipe also has an effect c_j ~ N(0, tau) of its own on
+  each problem (it helps on some, hurts on others: the problems' second level), drawn afresh with each dataset's
+  problems. ``base_spread``, when given, is the baseline recipe's own seed spread (else both spread alike). The
+  true difference is the recipe's expected accuracy gain over the population of problems, averaged over seeds
+  and problem effects (Gauss-Hermite); with no shift asked for it is exactly 0 (Beta(2, 2) and the effects are
+  symmetric about 0 on the logit scale)."""
 
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ class Row:
     problems: int
     discordance: float = 0.0  # one run an arm
     spread: float = 0.0  # several runs an arm: the runs' accuracy spread, in accuracy (0.017 = 1.7 points)
+    tau: float = 0.0  # several runs an arm: the sd of the candidate recipe's per-problem effects, on the logit scale
+    base_spread: float | None = None  # the baseline recipe's own seed spread, if not ``spread``
 
 
 def _expit(x):
@@ -62,17 +68,25 @@ def _seeded(rng: np.random.Generator, row: Row, difference: float) -> tuple[SetO
     logits = np.log(p / (1 - p))
     slope = float(np.mean(p * (1 - p)))  # d accuracy / d logit shift
     sigma = row.spread / slope
-    shift = difference / slope
-    for _ in range(3):  # Newton steps: the shift whose expected gain is the difference asked for
-        gain = _recipe_accuracy(logits + shift, sigma) - _recipe_accuracy(logits, sigma)
-        shift += (difference - gain) / slope
-    truth = _recipe_accuracy(logits + shift, sigma) - _recipe_accuracy(logits, sigma)
+    sigma_b = sigma if row.base_spread is None else row.base_spread / slope
+    wide = math.hypot(sigma, row.tau)  # the candidate's seed and problem effects, integrated together
+    shift = 0.0
+    if difference:
+        shift = difference / slope
+        for _ in range(3):  # Newton steps: the shift whose expected gain is the difference asked for
+            gain = _recipe_accuracy(logits + shift, wide) - _recipe_accuracy(logits, sigma_b)
+            shift += (difference - gain) / slope
+        truth = _recipe_accuracy(logits + shift, wide) - _recipe_accuracy(logits, sigma_b)
+    else:
+        truth = 0.0  # over the population of problems, by symmetry (on these problems it is only about 0)
+    effects = rng.normal(0.0, row.tau, size=row.problems) if row.tau else 0.0
 
-    def arm(runs: int, offset: float) -> np.ndarray:
-        seeds = rng.normal(0.0, sigma, size=(runs, 1))
+    def arm(runs: int, offset, spread: float) -> np.ndarray:
+        seeds = rng.normal(0.0, spread, size=(runs, 1))
         return (rng.random((runs, row.problems)) < _expit(logits[None, :] + offset + seeds)).astype(np.int8)
 
-    return SetOutcomes("sim", "sim", False, arm(row.runs[0], 0.0), arm(row.runs[1], shift)), truth
+    base, cand = arm(row.runs[0], 0.0, sigma_b), arm(row.runs[1], shift + effects, sigma)
+    return SetOutcomes("sim", "sim", False, base, cand), truth
 
 
 def simulate(row: Row, datasets: int, seed: int, difference: float = 0.0) -> dict:

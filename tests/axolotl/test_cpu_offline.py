@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,18 @@ def python_with_site_dir(site_dir: Path, code: str) -> list[str]:
     return [sys.executable, "-c", boot + code]
 
 
+def python_reading_only(site_dir: Path, code: str) -> list[str]:
+    """As :func:`python_with_site_dir`, but the venv's own .pth files are not read (``-S``: its site-packages are put
+    on ``sys.path`` as plain folders), so that ``site_dir``'s are the only ones: ``make setup`` writes the same
+    default into the venv, which would otherwise set the variable in every case."""
+    paths = sysconfig.get_paths()
+    boot = (
+        f"import sys; sys.path += [{paths['purelib']!r}, {paths['platlib']!r}]\n"
+        f"import site; site.addsitedir({str(site_dir)!r})\n"
+    )
+    return [sys.executable, "-S", "-c", boot + code]
+
+
 TELEMETRY = (
     "import os\nfrom axolotl.telemetry.manager import TelemetryManager\n"
     "print(os.environ.get('AXOLOTL_DO_NOT_TRACK'), TelemetryManager().enabled)"
@@ -150,7 +163,7 @@ def test_the_venv_default_turns_axolotls_telemetry_off_unless_the_user_set_it(tm
 
     def enabled(site: Path, **changes) -> str:
         env = offline_env(**({"AXOLOTL_DO_NOT_TRACK": None, "DO_NOT_TRACK": None} | changes))
-        done = subprocess.run(python_with_site_dir(site, TELEMETRY), env=env, capture_output=True, text=True)
+        done = subprocess.run(python_reading_only(site, TELEMETRY), env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout.split()[-2] + " " + done.stdout.split()[-1]
 

@@ -80,7 +80,7 @@ def card_section(
 ) -> str:
     """The DEL section of a model card: criterion, weight and tokenizer layout; with ``report``, its scores and
     the command that reproduces them."""
-    from ..evaluation.report import macc as _macc
+    from ..evaluation.report_summary import macc as _macc
     from ..evaluation.tables import benchmark_title, fmt
 
     weighting = settings.weighting

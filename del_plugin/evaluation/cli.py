@@ -188,7 +188,8 @@ def _lm_eval_tasks(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .report import compare_reports, load_report
+    from .comparison import compare_reports
+    from .report_files import load_report
 
     if args.resamples is not None:
         logging.getLogger(__name__).warning(
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     from ..host_notices import hold_back_import_notices
-    from .report import require_eval_extra
+    from .eval_extra import require_eval_extra
 
     hold_back_import_notices()
     argv = sys.argv[1:] if argv is None else list(argv)

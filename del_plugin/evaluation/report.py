@@ -12,9 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import __version__
-from .comparison import compare_reports
-from .comparison_tables import comparison_markdown
-from .eval_extra import require_eval_extra
 from .math_verify_scoring import MISSING_NOTE, math_verify_available
 from .metrics import GenerationMetrics
 from .output import (
@@ -27,7 +24,7 @@ from .output import (
     write_json_atomic,
     write_text_atomic,
 )
-from .report_files import GENERATIONS_FILE, PLOT_FILES, SCHEMA, STAGING_DIR, load_report
+from .report_files import GENERATIONS_FILE, PLOT_FILES, SCHEMA
 from .report_resume import where_to_write
 from .report_summary import coverage_warning, dataset_entry, macc, pooled
 from .tables import benchmark_accuracies, report_markdown
@@ -35,20 +32,7 @@ from .teacher_forced import TeacherForcedStats
 
 LOG = logging.getLogger(__name__)
 
-__all__ = [
-    "GENERATIONS_FILE",
-    "PLOT_FILES",
-    "SCHEMA",
-    "STAGING_DIR",
-    "RunReport",
-    "compare_reports",
-    "comparison_markdown",
-    "load_report",
-    "macc",
-    "report_markdown",
-    "require_eval_extra",
-    "write_json_atomic",
-]
+__all__ = ["RunReport"]
 
 # warnings of the run as a whole that describe what the scored sets hold (a resume that loads no model, all of
 # them scored, would not say them again)

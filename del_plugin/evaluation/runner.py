@@ -21,10 +21,12 @@ from .benchmarks.program import PROGRAM_TIMEOUT_S, program_sandbox
 from .benchmarks.readers import Verdict
 from .benchmarks.sets import Problem
 from .errors import UnusableInput, UsageError
+from .eval_extra import require_eval_extra
 from .generation import MAX_NEW_TOKENS
 from .metrics import GenerationMetrics, ProgramCounts
 from .output import read_jsonl
-from .report import GENERATIONS_FILE, RunReport, require_eval_extra
+from .report import RunReport
+from .report_files import GENERATIONS_FILE
 from .score import program_verdicts
 from .tasks import EvalTask, generation_record, plan_tasks
 from .teacher_forced import TeacherForcedStats

@@ -14,8 +14,9 @@ from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sand
 from .benchmarks.readers import Verdict
 from .benchmarks.sets import BENCHMARKS
 from .errors import UnusableInput, UsageError, is_unicode_text, json_value, read_input_bytes
+from .eval_extra import require_eval_extra
 from .metrics import GenerationMetrics, ProgramCounts
-from .report import RunReport, require_eval_extra
+from .report import RunReport
 from .tasks import EvalTask, benchmark_task, generation_record, refuse_modified_sets
 
 __all__ = ["read_predictions", "score_predictions"]

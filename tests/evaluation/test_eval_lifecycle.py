@@ -31,7 +31,7 @@ from del_plugin.evaluation.errors import (
     EXIT_UNWRITABLE_OUTPUT,
     OutputError,
 )
-from del_plugin.evaluation.report import STAGING_DIR, load_report
+from del_plugin.evaluation.report_files import STAGING_DIR, load_report
 
 from repo import REPO
 

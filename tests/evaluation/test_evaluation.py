@@ -19,7 +19,7 @@ from del_plugin.evaluation.data import read_eval_set
 from del_plugin.evaluation.errors import OutputError
 from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.evaluation.metrics import digits_by_place, log_transform, numeric_metrics
-from del_plugin.evaluation.report import load_report
+from del_plugin.evaluation.report_files import load_report
 from del_plugin.evaluation.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
 
 from fake_vocab import TOKEN_ID, VOCAB, V, encode
@@ -823,7 +823,7 @@ def test_a_failing_plot_never_leaves_a_running_report(digit_model, eval_file, tm
 
 
 def test_benchmark_reports_show_the_teacher_forced_digit_metrics(digit_model, tmp_path):
-    from del_plugin.evaluation.report import compare_reports
+    from del_plugin.evaluation.comparison import compare_reports
     from del_plugin.evaluation.runner import EvalSettings, evaluate
 
     settings = EvalSettings(max_new_tokens=2, limit=2)

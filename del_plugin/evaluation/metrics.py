@@ -28,7 +28,7 @@ import torch
 
 from ..core import DigitVocab, number_places
 from ..core.places import NOT_A_DIGIT
-from .answers import format_decimal, is_correct, to_float
+from .benchmarks.answers import format_decimal, is_correct, to_float
 
 __all__ = [
     "GenerationMetrics",

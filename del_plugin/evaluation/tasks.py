@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
-from .answers import extract_answer, is_correct, to_float
+from .benchmarks.answers import extract_answer, is_correct, to_float
+from .benchmarks.own_sets import DataIssue, check_files_exist, read_eval_set, require_problems
 from .benchmarks.readers import Verdict, canonical_number
 from .benchmarks.sets import (
     PROGRAM_SUFFIX,
@@ -22,7 +23,6 @@ from .benchmarks.sets import (
     modified_set_error,
     resolve_benchmark_names,
 )
-from .data import DataIssue, check_files_exist, read_eval_set, require_problems
 from .math_verify_scoring import math_verify_available, math_verify_check
 
 __all__ = [

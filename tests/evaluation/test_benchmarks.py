@@ -18,7 +18,6 @@ from decimal import Decimal
 import pytest
 
 from del_plugin.evaluation import cli
-from del_plugin.evaluation.answers import is_correct
 from del_plugin.evaluation.benchmarks import (
     BENCHMARK_NAMES,
     load_benchmark,
@@ -28,6 +27,7 @@ from del_plugin.evaluation.benchmarks import (
     score_math,
     score_number,
 )
+from del_plugin.evaluation.benchmarks.answers import is_correct
 from del_plugin.evaluation.benchmarks.program import (
     SandboxUnavailableError,
     extract_program,

@@ -34,7 +34,7 @@ from collections import deque
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from ..answers import ANSWER_MARKER, GSM8K_MARKERS, MAX_ANSWER_CHARS, after_last_marker, find_number, last_match
+from .answers import ANSWER_MARKER, GSM8K_MARKERS, MAX_ANSWER_CHARS, after_last_marker, find_number, last_match
 from .latex import last_boxed, normalize_math_answer, same_math_answer
 
 __all__ = [

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
+from ..errors import UnusableInput, json_value, read_input_bytes
 from .answers import extract_answer
-from .errors import UnusableInput, json_value, read_input_bytes
 
 __all__ = ["DataIssue", "EvalExample", "EvalSet", "read_eval_set", "check_files_exist", "require_problems"]
 

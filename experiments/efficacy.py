@@ -11,7 +11,8 @@ held-out problems. The comparisons use that pairing twice:
   independent, which they are not quite (the same problem recurs once per seed), so read those p-values as a
   screen; the seed-level interval is the conservative one.
 
-The statistics are del-eval's (:mod:`del_plugin.evaluation.stats`, on scipy), the ones ``del-eval compare`` uses.
+The statistics are del-eval's (:mod:`del_plugin.evaluation.scoring.stats`, on scipy), the ones ``del-eval compare``
+uses.
 Nothing here trains or loads a model (the tests run it on hand-made results).
 """
 
@@ -21,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from del_plugin.evaluation.stats import holm, sign_test_p
+from del_plugin.evaluation.scoring.stats import holm, sign_test_p
 from del_plugin.evaluation.verdict import log_error, tf_digit_accuracy, verdict_markdown
 
 from .findings import paired_lower

@@ -32,7 +32,7 @@ from .eval_extra import require_eval_extra
 from .lm_eval_tasks import METRIC, METRIC_MATH_VERIFY, benchmark_of_task
 from .report import RunReport
 from .score import score_outputs
-from .tasks import EvalTask, benchmark_task, refuse_modified_sets
+from .scoring.tasks import EvalTask, benchmark_task, refuse_modified_sets
 
 LOG = logging.getLogger(__name__)
 

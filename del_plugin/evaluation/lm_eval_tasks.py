@@ -44,9 +44,9 @@ from .benchmarks.sets import (
     resolve_benchmark_names,
 )
 from .generation import ALPACA_PROMPT, MAX_NEW_TOKENS, STOP_STRINGS
-from .math_verify_scoring import math_verify_available, math_verify_verdict
 from .output import prepare_output_dir, write_text_atomic
-from .tasks import modified_set_error
+from .scoring.math_verify_scoring import math_verify_available, math_verify_verdict
+from .scoring.tasks import modified_set_error
 
 __all__ = [
     "GROUP",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .stats import (
+from .scoring.stats import (
     CONFIDENCE,
     POWER,
     accuracy_se,

@@ -12,8 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import __version__
-from .math_verify_scoring import MISSING_NOTE, math_verify_available
-from .metrics import GenerationMetrics
 from .output import (
     JsonlAppender,
     lock_folder,
@@ -27,8 +25,10 @@ from .output import (
 from .report_files import GENERATIONS_FILE, PLOT_FILES, SCHEMA
 from .report_resume import where_to_write
 from .report_summary import coverage_warning, dataset_entry, macc, pooled
+from .scoring.math_verify_scoring import MISSING_NOTE, math_verify_available
+from .scoring.metrics import GenerationMetrics
+from .scoring.teacher_forced import TeacherForcedStats
 from .tables import benchmark_accuracies, report_markdown
-from .teacher_forced import TeacherForcedStats
 
 LOG = logging.getLogger(__name__)
 

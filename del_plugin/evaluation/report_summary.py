@@ -8,9 +8,9 @@ import hashlib
 from collections.abc import Sequence
 
 from .benchmarks.sets import BENCHMARK_NAMES
-from .metrics import GenerationMetrics, NumericMetrics
+from .scoring.metrics import GenerationMetrics, NumericMetrics
+from .scoring.teacher_forced import TeacherForcedStats
 from .tables import is_partial
-from .teacher_forced import TeacherForcedStats
 
 __all__ = ["coverage", "coverage_warning", "dataset_entry", "macc", "pooled"]
 

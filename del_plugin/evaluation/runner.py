@@ -23,13 +23,13 @@ from .benchmarks.sets import Problem
 from .errors import UnusableInput, UsageError
 from .eval_extra import require_eval_extra
 from .generation import MAX_NEW_TOKENS
-from .metrics import GenerationMetrics, ProgramCounts
 from .output import read_jsonl
 from .report import RunReport
 from .report_files import GENERATIONS_FILE
 from .score import program_verdicts
-from .tasks import EvalTask, generation_record, plan_tasks
-from .teacher_forced import TeacherForcedStats
+from .scoring.metrics import GenerationMetrics, ProgramCounts
+from .scoring.tasks import EvalTask, generation_record, plan_tasks
+from .scoring.teacher_forced import TeacherForcedStats
 
 LOG = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def _teacher_force(task: EvalTask, lm, prompt_format, settings, report: RunRepor
 
     from ..core import DigitVocab
     from ..core.vocab import DigitVocabError
-    from .teacher_forced import teacher_forced_batches
+    from .scoring.teacher_forced import teacher_forced_batches
 
     try:
         vocab = DigitVocab.from_tokenizer(lm.tokenizer)

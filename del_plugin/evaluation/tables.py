@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
-from .stats import accuracy_se
+from .scoring.stats import accuracy_se
 
 __all__ = [
     "BENCHMARK_COLUMNS",

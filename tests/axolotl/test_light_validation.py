@@ -21,7 +21,7 @@ HEAVY = (
     "del_plugin.evaluation.generation",
     "del_plugin.evaluation.benchmarks.program",
     "del_plugin.evaluation.lm_eval_",
-    "del_plugin.evaluation.math_verify_",
+    "del_plugin.evaluation.scoring.math_verify_",
 )
 
 

@@ -524,7 +524,7 @@ def test_math_verify_beside_the_paper_on_hand_checked_outputs(name, benchmark_di
 
 
 def test_the_math_verify_column_is_absent_without_math_verify(benchmark_dir, tmp_path, monkeypatch):
-    from del_plugin.evaluation import math_verify_scoring
+    from del_plugin.evaluation.scoring import math_verify_scoring
 
     # math-verify not installed: find_spec answers None for it (the one thing replaced)
     real_find_spec = math_verify_scoring.importlib.util.find_spec
@@ -548,7 +548,11 @@ def test_the_math_verify_column_is_absent_without_math_verify(benchmark_dir, tmp
 def test_math_verify_is_bounded_and_works_off_the_main_thread():
     import threading
 
-    from del_plugin.evaluation.math_verify_scoring import MAX_PREDICTION_CHARS, MathVerifyScorer, math_verify_inputs
+    from del_plugin.evaluation.scoring.math_verify_scoring import (
+        MAX_PREDICTION_CHARS,
+        MathVerifyScorer,
+        math_verify_inputs,
+    )
 
     scorer = MathVerifyScorer()
     try:

@@ -1,4 +1,4 @@
-"""del-eval compare's verdict and the statistics behind it (del_plugin/evaluation/stats.py, verdict.py).
+"""del-eval compare's verdict and the statistics behind it (del_plugin/evaluation/scoring/stats.py, verdict.py).
 
 Reports are made the way a user makes them: generations scored by ``del-eval score`` against GSM8K, right where the
 output states the reference answer, wrong where it states another number. Intervals and p-values are checked
@@ -20,7 +20,7 @@ from scipy.stats import ttest_1samp, ttest_ind
 
 from del_plugin.evaluation import cli, load_benchmark, load_report, score_predictions
 from del_plugin.evaluation.errors import EXIT_USAGE, UsageError
-from del_plugin.evaluation.stats import (
+from del_plugin.evaluation.scoring.stats import (
     accuracy_se,
     detectable_difference,
     holm,

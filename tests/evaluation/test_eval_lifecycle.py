@@ -571,7 +571,7 @@ def test_a_resume_that_scores_nothing_keeps_the_runs_warnings_about_its_sets(tmp
     so, as an uninterrupted run's does."""
     from del_plugin.evaluation.report import RunReport
     from del_plugin.evaluation.score import score_outputs
-    from del_plugin.evaluation.tasks import benchmark_task
+    from del_plugin.evaluation.scoring.tasks import benchmark_task
 
     skipped = "teacher-forced digit metrics skipped: no digit tokens"
 

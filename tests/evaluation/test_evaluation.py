@@ -18,9 +18,9 @@ from del_plugin.evaluation.benchmarks.own_sets import read_eval_set
 from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, read_number
 from del_plugin.evaluation.errors import OutputError
 from del_plugin.evaluation.gsm8k import gsm8k_rows
-from del_plugin.evaluation.metrics import digits_by_place, log_transform, numeric_metrics
 from del_plugin.evaluation.report_files import load_report
-from del_plugin.evaluation.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
+from del_plugin.evaluation.scoring.metrics import digits_by_place, log_transform, numeric_metrics
+from del_plugin.evaluation.scoring.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
 
 from fake_vocab import TOKEN_ID, VOCAB, V, encode
 from repo import REPO

@@ -65,7 +65,7 @@ class Verdict:
     """One output scored. ``prediction``: the answer read, in canonical form (``"0.75"``, ``"\\frac{1}{2}"``,
     ``"B"``), None for no answer. ``value``: the number of a numeric answer (for the MAE). ``defaulted``: a choice
     output without a letter, scored as ``"A"``. ``math_verify``: math-verify's verdict on the same text
-    (:mod:`~del_plugin.evaluation.math_verify_scoring`; None when it was not asked or is not installed);
+    (:mod:`~del_plugin.evaluation.scoring.math_verify_scoring`; None when it was not asked or is not installed);
     ``math_verify_note``: why math-verify gave no verdict (over its budget: then ``math_verify`` is False), else
     None."""
 

@@ -5,7 +5,7 @@ licence). SimulEq and SAT are read from a folder the user names (``benchmark_dir
 copies are: ``simuleq/simuleq.json`` and ``sat/sat.json``. Every file's sha256 is checked against the authors'
 file: a shipped file that differs is an error (the package is damaged); a user's file that differs is read, and
 its :class:`BenchmarkSet` says so (``verified`` False), since its accuracy is then not comparable with the paper's
-(del-eval refuses it unless ``--allow-modified``: :func:`~del_plugin.evaluation.tasks.refuse_modified_sets`).
+(del-eval refuses it unless ``--allow-modified``: :func:`~del_plugin.evaluation.scoring.tasks.refuse_modified_sets`).
 
 Questions are written as the authors' harness writes them: SVAMP's ``Body`` + " " + ``Question``; AQuA's and
 MMLU's options appended as ``Answer Choices: (A) … (B) …``; SAT's already inline. The id of a problem is its

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
-from .benchmarks.answers import extract_answer, is_correct, to_float
-from .benchmarks.own_sets import DataIssue, check_files_exist, read_eval_set, require_problems
-from .benchmarks.readers import Verdict, canonical_number
-from .benchmarks.sets import (
+from ..benchmarks.answers import extract_answer, is_correct, to_float
+from ..benchmarks.own_sets import DataIssue, check_files_exist, read_eval_set, require_problems
+from ..benchmarks.readers import Verdict, canonical_number
+from ..benchmarks.sets import (
     PROGRAM_SUFFIX,
     Benchmark,
     ModifiedBenchmarkError,

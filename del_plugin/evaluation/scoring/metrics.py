@@ -26,9 +26,9 @@ from decimal import Decimal
 
 import torch
 
-from ..core import DigitVocab, number_places
-from ..core.places import NOT_A_DIGIT
-from .benchmarks.answers import format_decimal, is_correct, to_float
+from ...core import DigitVocab, number_places
+from ...core.places import NOT_A_DIGIT
+from ..benchmarks.answers import format_decimal, is_correct, to_float
 
 __all__ = [
     "GenerationMetrics",

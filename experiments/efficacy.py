@@ -164,7 +164,7 @@ def compare_verdicts(runs: Sequence[dict], reference: str) -> dict[str, dict]:
     reference's, paired problem by problem, the training run the replicate (Welch's t on the runs' accuracies). A
     setting whose reports cannot be read or paired gets the verdict's "cannot be tested" line; one whose runs record
     no generations is left out."""
-    from del_plugin.evaluation.report_files import load_report
+    from del_plugin.evaluation.reports.files import load_report
     from del_plugin.evaluation.verdict import compare_arms
 
     by_setting: dict[str, list[dict]] = {}

@@ -169,7 +169,7 @@ def _entropy_sentence(tf: dict[str, dict], generations: dict[str, Path]) -> list
 
 def plot_training_curves(histories: dict[str, list[dict]], path: Path) -> Path | None:
     """Cross-entropy, digit entropy and digit accuracy of the training batches, per logged step, one line per run."""
-    from del_plugin.evaluation.plots import pyplot, save_figure
+    from del_plugin.evaluation.reports.plots import pyplot, save_figure
 
     plt = pyplot()
 

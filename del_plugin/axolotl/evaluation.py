@@ -80,8 +80,8 @@ def card_section(
 ) -> str:
     """The DEL section of a model card: criterion, weight and tokenizer layout; with ``report``, its scores and
     the command that reproduces them."""
-    from ..evaluation.report_summary import macc as _macc
-    from ..evaluation.tables import benchmark_title, fmt
+    from ..evaluation.reports.summary import macc as _macc
+    from ..evaluation.reports.tables import benchmark_title, fmt
 
     weighting = settings.weighting
     places = (

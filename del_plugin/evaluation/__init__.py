@@ -35,15 +35,15 @@ _HOMES = {
     "digits_by_place": "scoring.metrics",
     "log_transform": "scoring.metrics",
     "numeric_metrics": "scoring.metrics",
-    "SCHEMA": "report_files",
+    "SCHEMA": "reports.files",
     "compare_reports": "comparison",
-    "load_report": "report_files",
-    "macc": "report_summary",
+    "load_report": "reports.files",
+    "macc": "reports.summary",
     "EvalSettings": "runner",
     "evaluate": "runner",
     "read_generations": "runner",
     "score_predictions": "score",
-    "benchmark_accuracies": "tables",
+    "benchmark_accuracies": "reports.tables",
 }
 
 

@@ -189,7 +189,7 @@ def _lm_eval_tasks(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from .comparison import compare_reports
-    from .report_files import load_report
+    from .reports.files import load_report
 
     if args.resamples is not None:
         logging.getLogger(__name__).warning(

@@ -30,7 +30,7 @@ from .benchmarks.sets import BENCHMARKS
 from .errors import UnusableInput, decode_text, is_unicode_text, json_value, read_input_bytes
 from .eval_extra import require_eval_extra
 from .lm_eval_tasks import METRIC, METRIC_MATH_VERIFY, benchmark_of_task
-from .report import RunReport
+from .reports.run_report import RunReport
 from .score import score_outputs
 from .scoring.tasks import EvalTask, benchmark_task, refuse_modified_sets
 

@@ -24,8 +24,8 @@ from .errors import UnusableInput, UsageError
 from .eval_extra import require_eval_extra
 from .generation import MAX_NEW_TOKENS
 from .output import read_jsonl
-from .report import RunReport
-from .report_files import GENERATIONS_FILE
+from .reports.files import GENERATIONS_FILE
+from .reports.run_report import RunReport
 from .score import program_verdicts
 from .scoring.metrics import GenerationMetrics, ProgramCounts
 from .scoring.tasks import EvalTask, generation_record, plan_tasks

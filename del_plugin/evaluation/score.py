@@ -15,7 +15,7 @@ from .benchmarks.readers import Verdict
 from .benchmarks.sets import BENCHMARKS
 from .errors import UnusableInput, UsageError, is_unicode_text, json_value, read_input_bytes
 from .eval_extra import require_eval_extra
-from .report import RunReport
+from .reports.run_report import RunReport
 from .scoring.metrics import GenerationMetrics, ProgramCounts
 from .scoring.tasks import EvalTask, benchmark_task, generation_record, refuse_modified_sets
 

@@ -36,8 +36,8 @@ from del_plugin.evaluation.benchmarks.program import (
 )
 from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, Verdict, canonical_number
 from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, DATA_DIR, missing_benchmarks
-from del_plugin.evaluation.report_files import load_report
-from del_plugin.evaluation.report_summary import macc
+from del_plugin.evaluation.reports.files import load_report
+from del_plugin.evaluation.reports.summary import macc
 from del_plugin.evaluation.score import read_predictions, score_predictions
 
 from paper_sets import SAT, SIMULEQ

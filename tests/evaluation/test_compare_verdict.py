@@ -367,7 +367,7 @@ def test_a_report_without_its_generations_cannot_be_paired(tmp_path, gsm8k_refer
 
 def _data_report(folder, name: str, rows: list[dict]):
     """A run's report on one --data set, written as del-eval writes it (report.json beside generations.jsonl)."""
-    from del_plugin.evaluation.report_files import SCHEMA
+    from del_plugin.evaluation.reports.files import SCHEMA
 
     folder.mkdir(parents=True)
     right = sum(r["correct"] for r in rows)

@@ -31,7 +31,7 @@ from del_plugin.evaluation.errors import (
     EXIT_UNWRITABLE_OUTPUT,
     OutputError,
 )
-from del_plugin.evaluation.report_files import STAGING_DIR, load_report
+from del_plugin.evaluation.reports.files import STAGING_DIR, load_report
 
 from repo import REPO
 
@@ -569,7 +569,7 @@ def test_a_resume_that_scores_nothing_keeps_the_runs_warnings_about_its_sets(tmp
     """A run killed after its last set was scored resumes without loading the model, so it cannot say again that
     the teacher-forced metrics were skipped (a tokenizer without digit tokens): the finished report still says
     so, as an uninterrupted run's does."""
-    from del_plugin.evaluation.report import RunReport
+    from del_plugin.evaluation.reports.run_report import RunReport
     from del_plugin.evaluation.score import score_outputs
     from del_plugin.evaluation.scoring.tasks import benchmark_task
 

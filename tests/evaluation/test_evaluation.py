@@ -18,7 +18,7 @@ from del_plugin.evaluation.benchmarks.own_sets import read_eval_set
 from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, read_number
 from del_plugin.evaluation.errors import OutputError
 from del_plugin.evaluation.gsm8k import gsm8k_rows
-from del_plugin.evaluation.report_files import load_report
+from del_plugin.evaluation.reports.files import load_report
 from del_plugin.evaluation.scoring.metrics import digits_by_place, log_transform, numeric_metrics
 from del_plugin.evaluation.scoring.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
 
@@ -807,7 +807,7 @@ def test_without_the_eval_extra_del_eval_stops_before_any_work(digit_model, tmp_
 
 
 def test_a_failing_plot_never_leaves_a_running_report(digit_model, eval_file, tmp_path, monkeypatch):
-    from del_plugin.evaluation import plots
+    from del_plugin.evaluation.reports import plots
     from del_plugin.evaluation.runner import EvalSettings, evaluate
 
     def broken(*args, **kwargs):

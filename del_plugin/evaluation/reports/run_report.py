@@ -1,6 +1,6 @@
 """The report of one run: ``report.json`` (schema ``del-eval/2``, see ``docs/evaluation.md``), written only by
 :class:`RunReport`, with its ``generations.jsonl``, its markdown table (:mod:`.tables`) and plots. Reading reports
-back is :mod:`.report_files`; putting several side by side, :mod:`.comparison`."""
+back is :mod:`.files`; putting several side by side, :mod:`~del_plugin.evaluation.comparison`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .. import __version__
-from .output import (
+from ... import __version__
+from ..output import (
     JsonlAppender,
     lock_folder,
     prepare_output_dir,
@@ -22,12 +22,12 @@ from .output import (
     write_json_atomic,
     write_text_atomic,
 )
-from .report_files import GENERATIONS_FILE, PLOT_FILES, SCHEMA
-from .report_resume import where_to_write
-from .report_summary import coverage_warning, dataset_entry, macc, pooled
-from .scoring.math_verify_scoring import MISSING_NOTE, math_verify_available
-from .scoring.metrics import GenerationMetrics
-from .scoring.teacher_forced import TeacherForcedStats
+from ..scoring.math_verify_scoring import MISSING_NOTE, math_verify_available
+from ..scoring.metrics import GenerationMetrics
+from ..scoring.teacher_forced import TeacherForcedStats
+from .files import GENERATIONS_FILE, PLOT_FILES, SCHEMA
+from .resume import where_to_write
+from .summary import coverage_warning, dataset_entry, macc, pooled
 from .tables import benchmark_accuracies, report_markdown
 
 LOG = logging.getLogger(__name__)

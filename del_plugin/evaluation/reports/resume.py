@@ -9,8 +9,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import OutputError
-from .report_files import STAGING_DIR, load_report
+from ..errors import OutputError
+from .files import STAGING_DIR, load_report
 
 LOG = logging.getLogger(__name__)
 

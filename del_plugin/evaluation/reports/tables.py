@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
-from .scoring.stats import accuracy_se
+from ..benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
+from ..scoring.stats import accuracy_se
 
 __all__ = [
     "BENCHMARK_COLUMNS",

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from del_plugin.evaluation.compare.verdict import log_error, tf_digit_accuracy, verdict_markdown
 from del_plugin.evaluation.scoring.stats import holm, sign_test_p
-from del_plugin.evaluation.verdict import log_error, tf_digit_accuracy, verdict_markdown
 
 from .findings import paired_lower
 from .seed_stats import mean_ci
@@ -164,8 +164,8 @@ def compare_verdicts(runs: Sequence[dict], reference: str) -> dict[str, dict]:
     reference's, paired problem by problem, the training run the replicate (Welch's t on the runs' accuracies). A
     setting whose reports cannot be read or paired gets the verdict's "cannot be tested" line; one whose runs record
     no generations is left out."""
+    from del_plugin.evaluation.compare.verdict import compare_arms
     from del_plugin.evaluation.reports.files import load_report
-    from del_plugin.evaluation.verdict import compare_arms
 
     by_setting: dict[str, list[dict]] = {}
     for run in runs:

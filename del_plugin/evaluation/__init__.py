@@ -36,7 +36,7 @@ _HOMES = {
     "log_transform": "scoring.metrics",
     "numeric_metrics": "scoring.metrics",
     "SCHEMA": "reports.files",
-    "compare_reports": "comparison",
+    "compare_reports": "compare.comparison",
     "load_report": "reports.files",
     "macc": "reports.summary",
     "EvalSettings": "runner",

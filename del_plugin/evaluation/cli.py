@@ -188,7 +188,7 @@ def _lm_eval_tasks(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .comparison import compare_reports
+    from .compare.comparison import compare_reports
     from .reports.files import load_report
 
     if args.resamples is not None:

@@ -19,6 +19,7 @@ from scipy.stats import t as t_dist
 from scipy.stats import ttest_1samp, ttest_ind
 
 from del_plugin.evaluation import cli, load_benchmark, load_report, score_predictions
+from del_plugin.evaluation.compare.verdict import compare_arms, log_error
 from del_plugin.evaluation.errors import EXIT_USAGE, UsageError
 from del_plugin.evaluation.scoring.stats import (
     accuracy_se,
@@ -30,7 +31,6 @@ from del_plugin.evaluation.scoring.stats import (
     tango_interval,
     wilson_interval,
 )
-from del_plugin.evaluation.verdict import compare_arms, log_error
 
 from repo import REPO
 
@@ -453,7 +453,7 @@ def test_the_higher_mean_error_is_never_bold(tmp_path, capsys):
 def test_the_detectable_difference_counts_at_least_one_discordant_pair():
     """No discordant pair (the runs right on the same problems): the detectable difference is that of one pair,
     2.80 / n, as docs/evaluation.md states, not 0 (which would claim the sample misses nothing)."""
-    from del_plugin.evaluation.paired_verdict import SetOutcomes, outcome_verdict
+    from del_plugin.evaluation.compare.paired_verdict import SetOutcomes, outcome_verdict
 
     same = np.array([[1] * 30 + [0] * 70], dtype=np.int8)
     (entry,), summary, _ = outcome_verdict([SetOutcomes("s", "s", False, same, same.copy())], ("A", "B"))

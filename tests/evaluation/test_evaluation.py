@@ -823,7 +823,7 @@ def test_a_failing_plot_never_leaves_a_running_report(digit_model, eval_file, tm
 
 
 def test_benchmark_reports_show_the_teacher_forced_digit_metrics(digit_model, tmp_path):
-    from del_plugin.evaluation.comparison import compare_reports
+    from del_plugin.evaluation.compare.comparison import compare_reports
     from del_plugin.evaluation.runner import EvalSettings, evaluate
 
     settings = EvalSettings(max_new_tokens=2, limit=2)

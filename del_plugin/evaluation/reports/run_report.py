@@ -1,6 +1,6 @@
 """The report of one run: ``report.json`` (schema ``del-eval/2``, see ``docs/evaluation.md``), written only by
 :class:`RunReport`, with its ``generations.jsonl``, its markdown table (:mod:`.tables`) and plots. Reading reports
-back is :mod:`.files`; putting several side by side, :mod:`~del_plugin.evaluation.comparison`."""
+back is :mod:`.files`; putting several side by side, :mod:`~del_plugin.evaluation.compare.comparison`."""
 
 from __future__ import annotations
 

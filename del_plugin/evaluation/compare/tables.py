@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
-from .reports.tables import (
+from ..benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
+from ..reports.tables import (
     BENCHMARK_COLUMNS,
     DATA_FILE_COLUMNS,
     OVERALL,

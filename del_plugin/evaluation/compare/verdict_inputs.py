@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import UnusableInput, UsageError, decode_text, json_value, read_input_bytes
+from ..errors import UnusableInput, UsageError, decode_text, json_value, read_input_bytes
 
 LOG = logging.getLogger(__name__)
 

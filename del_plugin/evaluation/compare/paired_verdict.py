@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .scoring.stats import (
+from ..scoring.stats import (
     CONFIDENCE,
     POWER,
     accuracy_se,
@@ -132,7 +132,7 @@ def _resolve(entry: dict, adjusted_p: float | None, labels: tuple[str, str]) -> 
 
 
 def _summary_name(sets: Sequence[SetOutcomes]) -> str:
-    from .benchmarks.sets import BENCHMARK_NAMES
+    from ..benchmarks.sets import BENCHMARK_NAMES
 
     if len(sets) == 1:
         return sets[0].title

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
-from .errors import UsageError
+from ..benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
+from ..errors import UsageError
+from ..scoring.stats import CONFIDENCE, POWER
 from .paired_verdict import ALPHA, SetOutcomes, outcome_verdict
-from .scoring.stats import CONFIDENCE, POWER
 from .verdict_inputs import SCORERS, problem_records, refuse_unpairable_runs
 from .verdict_report import plot_forest, verdict_line, verdict_markdown
 
@@ -64,7 +64,7 @@ def _paired_winners(base: dict, cand: dict, labels: tuple[str, str]) -> dict[str
     """``{column: label}`` of the --data columns on which one run is better by a paired test (p < 0.05): MAE and
     log-MAE by the paired t test on the errors themselves, so that only the lower mean error can be bold;
     teacher-forced digit accuracy by the exact sign test over the problems."""
-    from .scoring.stats import sign_test_p
+    from ..scoring.stats import sign_test_p
 
     winners = {}
     for column, value, higher, test in PAIRED_TESTED:

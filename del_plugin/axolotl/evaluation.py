@@ -170,7 +170,7 @@ def evaluate_after_training(cfg, trainer) -> dict:
     """Score ``cfg.output_dir`` (the saved model) on ``cfg.del_eval_benchmarks``; write the report, log the
     accuracies through ``trainer``, put them into the model card; return the report. Call on rank 0 only."""
     from ..evaluation.benchmarks.sets import resolve_benchmark_names
-    from ..evaluation.runner import EvalSettings, evaluate
+    from ..evaluation.run.runner import EvalSettings, evaluate
 
     names = resolve_benchmark_names(cfg.del_eval_benchmarks)
     settings = EvalSettings(

@@ -39,10 +39,10 @@ _HOMES = {
     "compare_reports": "compare.comparison",
     "load_report": "reports.files",
     "macc": "reports.summary",
-    "EvalSettings": "runner",
-    "evaluate": "runner",
-    "read_generations": "runner",
-    "score_predictions": "score",
+    "EvalSettings": "run.runner",
+    "evaluate": "run.runner",
+    "read_generations": "run.runner",
+    "score_predictions": "run.score",
     "benchmark_accuracies": "reports.tables",
 }
 

@@ -55,7 +55,7 @@ def _refuse_missing_benchmarks(args: argparse.Namespace, benchmarks: str) -> Non
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .runner import EvalSettings, evaluate
+    from .run.runner import EvalSettings, evaluate
 
     if not args.data and not args.benchmarks:
         raise UsageError("nothing to evaluate: give --data files and/or --benchmarks (e.g. --benchmarks all)")
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _estimate(args: argparse.Namespace, settings) -> int:
     """``run --estimate``: the expected time of the run, from a probe; nothing written."""
-    from .estimate import estimate_run, format_estimate
+    from .run.estimate import estimate_run, format_estimate
 
     tasks, probe, seconds = estimate_run(
         args.model,
@@ -124,7 +124,7 @@ def _print_written(report: dict, out: Path) -> None:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from .score import score_predictions
+    from .run.score import score_predictions
 
     out = Path(args.out)
     if args.lm_eval_samples:

@@ -30,7 +30,7 @@ import argparse
 from .benchmarks.names import resolve_benchmark_names
 from .benchmarks.sets import SHIPPED_NAMES
 from .errors import exit_status_help
-from .generation import MAX_NEW_TOKENS
+from .run.generation import MAX_NEW_TOKENS
 
 __all__ = ["build_parser"]
 

@@ -31,7 +31,7 @@ from .errors import UnusableInput, decode_text, is_unicode_text, json_value, rea
 from .eval_extra import require_eval_extra
 from .lm_eval_tasks import METRIC, METRIC_MATH_VERIFY, benchmark_of_task
 from .reports.run_report import RunReport
-from .score import score_outputs
+from .run.score import score_outputs
 from .scoring.tasks import EvalTask, benchmark_task, refuse_modified_sets
 
 LOG = logging.getLogger(__name__)

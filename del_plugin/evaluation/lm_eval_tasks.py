@@ -43,8 +43,8 @@ from .benchmarks.sets import (
     missing_benchmarks,
     resolve_benchmark_names,
 )
-from .generation import ALPACA_PROMPT, MAX_NEW_TOKENS, STOP_STRINGS
 from .output import prepare_output_dir, write_text_atomic
+from .run.generation import ALPACA_PROMPT, MAX_NEW_TOKENS, STOP_STRINGS
 from .scoring.math_verify_scoring import math_verify_available, math_verify_verdict
 from .scoring.tasks import modified_set_error
 

@@ -38,7 +38,7 @@ from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, Verdict, can
 from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, DATA_DIR, missing_benchmarks
 from del_plugin.evaluation.reports.files import load_report
 from del_plugin.evaluation.reports.summary import macc
-from del_plugin.evaluation.score import read_predictions, score_predictions
+from del_plugin.evaluation.run.score import read_predictions, score_predictions
 
 from paper_sets import SAT, SIMULEQ
 

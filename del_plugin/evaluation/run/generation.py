@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from .benchmarks.names import MAX_NEW_TOKENS
-from .errors import UnusableInput
+from ..benchmarks.names import MAX_NEW_TOKENS
+from ..errors import UnusableInput
 
 LOG = logging.getLogger(__name__)
 

@@ -17,19 +17,19 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .benchmarks.program import PROGRAM_TIMEOUT_S, program_sandbox
-from .benchmarks.readers import Verdict
-from .benchmarks.sets import Problem
-from .errors import UnusableInput, UsageError
-from .eval_extra import require_eval_extra
+from ..benchmarks.program import PROGRAM_TIMEOUT_S, program_sandbox
+from ..benchmarks.readers import Verdict
+from ..benchmarks.sets import Problem
+from ..errors import UnusableInput, UsageError
+from ..eval_extra import require_eval_extra
+from ..output import read_jsonl
+from ..reports.files import GENERATIONS_FILE
+from ..reports.run_report import RunReport
+from ..scoring.metrics import GenerationMetrics, ProgramCounts
+from ..scoring.tasks import EvalTask, generation_record, plan_tasks
+from ..scoring.teacher_forced import TeacherForcedStats
 from .generation import MAX_NEW_TOKENS
-from .output import read_jsonl
-from .reports.files import GENERATIONS_FILE
-from .reports.run_report import RunReport
 from .score import program_verdicts
-from .scoring.metrics import GenerationMetrics, ProgramCounts
-from .scoring.tasks import EvalTask, generation_record, plan_tasks
-from .scoring.teacher_forced import TeacherForcedStats
 
 LOG = logging.getLogger(__name__)
 
@@ -222,9 +222,9 @@ def _teacher_force(task: EvalTask, lm, prompt_format, settings, report: RunRepor
     sum)``. A tokenizer DEL cannot read digits from skips them (with a warning)."""
     from tqdm.auto import tqdm
 
-    from ..core import DigitVocab
-    from ..core.vocab import DigitVocabError
-    from .scoring.teacher_forced import teacher_forced_batches
+    from ...core import DigitVocab
+    from ...core.vocab import DigitVocabError
+    from ..scoring.teacher_forced import teacher_forced_batches
 
     try:
         vocab = DigitVocab.from_tokenizer(lm.tokenizer)

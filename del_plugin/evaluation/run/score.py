@@ -10,14 +10,14 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sandbox, run_programs
-from .benchmarks.readers import Verdict
-from .benchmarks.sets import BENCHMARKS
-from .errors import UnusableInput, UsageError, is_unicode_text, json_value, read_input_bytes
-from .eval_extra import require_eval_extra
-from .reports.run_report import RunReport
-from .scoring.metrics import GenerationMetrics, ProgramCounts
-from .scoring.tasks import EvalTask, benchmark_task, generation_record, refuse_modified_sets
+from ..benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sandbox, run_programs
+from ..benchmarks.readers import Verdict
+from ..benchmarks.sets import BENCHMARKS
+from ..errors import UnusableInput, UsageError, is_unicode_text, json_value, read_input_bytes
+from ..eval_extra import require_eval_extra
+from ..reports.run_report import RunReport
+from ..scoring.metrics import GenerationMetrics, ProgramCounts
+from ..scoring.tasks import EvalTask, benchmark_task, generation_record, refuse_modified_sets
 
 __all__ = ["read_predictions", "score_predictions"]
 

@@ -133,7 +133,7 @@ def _score(args: argparse.Namespace) -> int:
                 "--lm-eval-samples reads the sets and generations from lm-eval's samples: give it without "
                 "--benchmark, --predictions, --program-of-thought and --unsandboxed-programs"
             )
-        from .lm_eval_samples import score_lm_eval_samples
+        from .lm_eval.samples import score_lm_eval_samples
 
         report = score_lm_eval_samples(
             args.lm_eval_samples,
@@ -163,7 +163,7 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _lm_eval_tasks(args: argparse.Namespace) -> int:
-    from .lm_eval_tasks import GROUP, write_lm_eval_tasks
+    from .lm_eval.tasks import GROUP, write_lm_eval_tasks
 
     _refuse_missing_benchmarks(args, args.benchmarks)
     written = write_lm_eval_tasks(

@@ -20,7 +20,7 @@ HEAVY = (
     "del_plugin.evaluation.run.runner",
     "del_plugin.evaluation.run.generation",
     "del_plugin.evaluation.benchmarks.program",
-    "del_plugin.evaluation.lm_eval_",
+    "del_plugin.evaluation.lm_eval",
     "del_plugin.evaluation.scoring.math_verify_",
 )
 

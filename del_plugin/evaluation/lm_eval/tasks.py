@@ -34,19 +34,19 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .. import __version__
-from .benchmarks.sets import (
+from ... import __version__
+from ..benchmarks.sets import (
     BENCHMARK_NAMES,
     BENCHMARKS,
     BenchmarkSet,
     load_benchmark,
     missing_benchmarks,
+    modified_set_error,
     resolve_benchmark_names,
 )
-from .output import prepare_output_dir, write_text_atomic
-from .run.generation import ALPACA_PROMPT, MAX_NEW_TOKENS, STOP_STRINGS
-from .scoring.math_verify_scoring import math_verify_available, math_verify_verdict
-from .scoring.tasks import modified_set_error
+from ..output import prepare_output_dir, write_text_atomic
+from ..run.generation import ALPACA_PROMPT, MAX_NEW_TOKENS, STOP_STRINGS
+from ..scoring.math_verify_scoring import math_verify_available, math_verify_verdict
 
 __all__ = [
     "GROUP",
@@ -223,10 +223,10 @@ def _group_yaml(names: Sequence[str], header: str) -> str:
 def _helpers_py(names: Sequence[str], benchmark_dir: str | None, prompt_format: str) -> str:
     lines = [
         f'"""Written by `del-eval lm-eval-tasks` (del-plugin {__version__}): the docs and the scoring of the del_*',
-        "tasks, del-plugin's own (del_plugin.evaluation.lm_eval_tasks), so lm-eval needs del-plugin installed.",
+        "tasks, del-plugin's own (del_plugin.evaluation.lm_eval.tasks), so lm-eval needs del-plugin installed.",
         'Write this folder again with that command rather than editing it."""',
         "",
-        "from del_plugin.evaluation.lm_eval_tasks import docs_processor, results_processor",
+        "from del_plugin.evaluation.lm_eval.tasks import docs_processor, results_processor",
         "",
         f"BENCHMARK_DIR = {benchmark_dir!r}",
         f"PROMPT_FORMAT = {prompt_format!r}",

@@ -26,13 +26,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .benchmarks.sets import BENCHMARKS
-from .errors import UnusableInput, decode_text, is_unicode_text, json_value, read_input_bytes
-from .eval_extra import require_eval_extra
-from .lm_eval_tasks import METRIC, METRIC_MATH_VERIFY, benchmark_of_task
-from .reports.run_report import RunReport
-from .run.score import score_outputs
-from .scoring.tasks import EvalTask, benchmark_task, refuse_modified_sets
+from ..benchmarks.sets import BENCHMARKS
+from ..errors import UnusableInput, decode_text, is_unicode_text, json_value, read_input_bytes
+from ..eval_extra import require_eval_extra
+from ..reports.run_report import RunReport
+from ..run.score import score_outputs
+from ..scoring.tasks import EvalTask, benchmark_task, refuse_modified_sets
+from .tasks import METRIC, METRIC_MATH_VERIFY, benchmark_of_task
 
 LOG = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ def read_lm_eval_samples(folder: str | Path, benchmark_dir: str | Path | None = 
     """The sets in ``folder``'s lm-eval samples (see the module docs), in the paper's order. Raises
     FileNotFoundError (nothing to read, a set's file missing) or ValueError (a sample that is not one of the set's
     problems)."""
-    from .benchmarks.sets import load_benchmark
+    from ..benchmarks.sets import load_benchmark
 
     found = find_lm_eval_samples(folder)
     by_benchmark: dict[str, list[str]] = {}
@@ -268,7 +268,7 @@ def _prompt_warning(found: LmEvalSet, task: EvalTask) -> str | None:
     prompt_format = (found.config.get("metadata") or {}).get("prompt_format")
     if not found.ours or prompt_format not in ("alpaca", "chat") or not found.prompts:
         return None
-    from .lm_eval_tasks import lm_eval_prompt
+    from .tasks import lm_eval_prompt
 
     prefix = task.response_prefix
     wrong = 0

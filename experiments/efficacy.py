@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from del_plugin.evaluation.compare.verdict import log_error, tf_digit_accuracy, verdict_markdown
+from del_plugin.evaluation.compare.verdict import log_error, tf_digit_accuracy
+from del_plugin.evaluation.compare.verdict_report import verdict_markdown
 from del_plugin.evaluation.scoring.stats import holm, sign_test_p
 
 from .findings import paired_lower

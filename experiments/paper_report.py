@@ -12,7 +12,7 @@ import os
 import platform
 from pathlib import Path
 
-from del_plugin.evaluation.compare.verdict import verdict_markdown
+from del_plugin.evaluation.compare.verdict_report import verdict_markdown
 
 from .efficacy import (
     PAIRED_LEGEND,

@@ -46,7 +46,7 @@ def _with_benchmarks(argv: Sequence[str], names: Sequence[str]) -> str:
 def _refuse_missing_benchmarks(args: argparse.Namespace, benchmarks: str) -> None:
     """Every set asked for that is not here (SimulEq and SAT without --benchmark-dir), named at once with the
     command that runs the others, before anything is read or loaded."""
-    from .benchmarks.sets import missing_benchmarks, resolve_benchmark_names
+    from .benchmarks.names import missing_benchmarks, resolve_benchmark_names
 
     names = resolve_benchmark_names(benchmarks)
     missing = missing_benchmarks(names, args.benchmark_dir, run_instead=lambda ok: _with_benchmarks(args.argv, ok))

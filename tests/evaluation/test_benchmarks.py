@@ -27,15 +27,16 @@ from del_plugin.evaluation.benchmarks import (
     score_math,
     score_number,
 )
-from del_plugin.evaluation.benchmarks.answers import is_correct
+from del_plugin.evaluation.benchmarks.answers import GSM8K_MARKERS, is_correct
+from del_plugin.evaluation.benchmarks.names import DATA_DIR, missing_benchmarks
 from del_plugin.evaluation.benchmarks.program import (
     SandboxUnavailableError,
     extract_program,
     program_sandbox,
     run_program,
 )
-from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, Verdict, canonical_number
-from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, DATA_DIR, missing_benchmarks
+from del_plugin.evaluation.benchmarks.readers import Verdict, canonical_number
+from del_plugin.evaluation.benchmarks.sets import BENCHMARKS
 from del_plugin.evaluation.reports.files import load_report
 from del_plugin.evaluation.reports.summary import macc
 from del_plugin.evaluation.run.score import read_predictions, score_predictions

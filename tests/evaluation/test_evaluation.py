@@ -13,9 +13,15 @@ import pytest
 import torch
 
 from del_plugin.evaluation import cli
-from del_plugin.evaluation.benchmarks.answers import extract_answer, find_numbers, format_decimal, is_correct
+from del_plugin.evaluation.benchmarks.answers import (
+    GSM8K_MARKERS,
+    extract_answer,
+    find_numbers,
+    format_decimal,
+    is_correct,
+)
 from del_plugin.evaluation.benchmarks.own_sets import read_eval_set
-from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, read_number
+from del_plugin.evaluation.benchmarks.readers import read_number
 from del_plugin.evaluation.errors import OutputError
 from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.evaluation.reports.files import load_report

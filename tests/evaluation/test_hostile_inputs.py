@@ -22,11 +22,16 @@ from del_plugin import inputs
 from del_plugin.axolotl import check, config_yaml
 from del_plugin.evaluation import cli
 from del_plugin.evaluation.benchmarks import answers, latex
-from del_plugin.evaluation.benchmarks.answers import MAX_ANSWER_CHARS, extract_answer, find_numbers, last_match
+from del_plugin.evaluation.benchmarks.answers import (
+    GSM8K_MARKERS,
+    MAX_ANSWER_CHARS,
+    extract_answer,
+    find_numbers,
+    last_match,
+)
 from del_plugin.evaluation.benchmarks.latex import same_math_answer
 from del_plugin.evaluation.benchmarks.program import run_program
 from del_plugin.evaluation.benchmarks.readers import (
-    GSM8K_MARKERS,
     read_choice,
     read_math_answer,
     read_number,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UnusableInput, decode_text, json_value, read_input_bytes
+from .answers import ANSWER_MARKER, GSM8K_MARKERS
 from .latex import last_boxed, normalize_math_answer
 from .names import (
     BENCHMARK_NAMES,
@@ -33,7 +34,7 @@ from .names import (
     missing_benchmarks,
     resolve_benchmark_names,
 )
-from .readers import ANSWER_MARKER, GSM8K_MARKERS, Verdict, reference_number, score_choice, score_math, score_number
+from .readers import Verdict, reference_number, score_choice, score_math, score_number
 
 __all__ = [
     "BENCHMARKS",

@@ -115,7 +115,7 @@ def _arm_name(reports: Sequence[dict], fallback: str) -> str:
 
 def _verdict_section(verdict: dict | None, n_reports: int, out_dir: Path) -> tuple[list[str], Path | None]:
     """comparison.md's first lines (the verdict, or why there is none) and the verdict's forest plot."""
-    from .verdict import plot_forest, verdict_markdown
+    from .verdict_report import plot_forest, verdict_markdown
 
     if verdict is not None:
         forest = plot_forest(verdict, out_dir / FOREST_PLOT)

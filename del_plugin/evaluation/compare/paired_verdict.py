@@ -132,7 +132,7 @@ def _resolve(entry: dict, adjusted_p: float | None, labels: tuple[str, str]) -> 
 
 
 def _summary_name(sets: Sequence[SetOutcomes]) -> str:
-    from ..benchmarks.sets import BENCHMARK_NAMES
+    from ..benchmarks.names import BENCHMARK_NAMES
 
     if len(sets) == 1:
         return sets[0].title

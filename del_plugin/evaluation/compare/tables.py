@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
+from ..benchmarks.names import BENCHMARK_NAMES
+from ..benchmarks.sets import BENCHMARKS
 from ..reports.tables import (
     BENCHMARK_COLUMNS,
     DATA_FILE_COLUMNS,

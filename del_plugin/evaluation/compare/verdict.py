@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
+from ..benchmarks.names import BENCHMARK_NAMES
+from ..benchmarks.sets import BENCHMARKS
 from ..errors import UsageError
 from ..scoring.stats import CONFIDENCE, POWER
 from .paired_verdict import ALPHA, SetOutcomes, outcome_verdict

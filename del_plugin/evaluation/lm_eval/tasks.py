@@ -35,17 +35,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ... import __version__
-from ..benchmarks.sets import (
-    BENCHMARK_NAMES,
-    BENCHMARKS,
-    BenchmarkSet,
-    load_benchmark,
-    missing_benchmarks,
-    modified_set_error,
-    resolve_benchmark_names,
-)
+from ..benchmarks.names import BENCHMARK_NAMES, MAX_NEW_TOKENS, missing_benchmarks, resolve_benchmark_names
+from ..benchmarks.sets import BENCHMARKS, BenchmarkSet, load_benchmark, modified_set_error
 from ..output import prepare_output_dir, write_text_atomic
-from ..run.generation import ALPACA_PROMPT, MAX_NEW_TOKENS, STOP_STRINGS
+from ..run.generation import ALPACA_PROMPT, STOP_STRINGS
 from ..scoring.math_verify_scoring import math_verify_available, math_verify_verdict
 
 __all__ = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from ..benchmarks.sets import BENCHMARK_NAMES
+from ..benchmarks.names import BENCHMARK_NAMES
 from ..scoring.metrics import GenerationMetrics, NumericMetrics
 from ..scoring.teacher_forced import TeacherForcedStats
 from .tables import is_partial

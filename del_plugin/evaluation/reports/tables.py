@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
+from ..benchmarks.names import BENCHMARK_NAMES
+from ..benchmarks.sets import BENCHMARKS
 from ..scoring.stats import accuracy_se
 
 __all__ = [

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..benchmarks.names import MAX_NEW_TOKENS
 from ..benchmarks.program import PROGRAM_TIMEOUT_S, program_sandbox
 from ..benchmarks.readers import Verdict
 from ..benchmarks.sets import Problem
@@ -28,7 +29,6 @@ from ..reports.run_report import RunReport
 from ..scoring.metrics import GenerationMetrics, ProgramCounts
 from ..scoring.tasks import EvalTask, generation_record, plan_tasks
 from ..scoring.teacher_forced import TeacherForcedStats
-from .generation import MAX_NEW_TOKENS
 from .score import program_verdicts
 
 LOG = logging.getLogger(__name__)

@@ -11,6 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from ..benchmarks.answers import extract_answer, is_correct, to_float
+from ..benchmarks.names import missing_benchmarks, resolve_benchmark_names
 from ..benchmarks.own_sets import DataIssue, check_files_exist, read_eval_set, require_problems
 from ..benchmarks.readers import Verdict, canonical_number
 from ..benchmarks.sets import (
@@ -19,9 +20,7 @@ from ..benchmarks.sets import (
     ModifiedBenchmarkError,
     Problem,
     load_benchmark,
-    missing_benchmarks,
     modified_set_error,
-    resolve_benchmark_names,
 )
 from .math_verify_scoring import math_verify_available, math_verify_check
 

@@ -20,7 +20,7 @@ colon; GSM8K also "####"). When there is no such marker the whole output is sear
   verdict is then ``defaulted`` and counts as correct when the reference is ``A``; ``correct_without_default`` is
   the verdict without that default.
 
-An answer read is at most :data:`~..answers.MAX_ANSWER_CHARS` characters (a longer one is no answer; a
+An answer read is at most :data:`~.answers.MAX_ANSWER_CHARS` characters (a longer one is no answer; a
 ``\\boxed{`` whose brace does not close within it counts as one that never closes), and every reader is linear in
 the output.
 

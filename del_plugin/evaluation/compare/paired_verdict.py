@@ -4,11 +4,11 @@ rates (tests/evaluation/test_compare_simulation.py, bench/compare_simulation.py)
 
 One run an arm compares two checkpoints: per set, each accuracy with lm-eval's standard error and Wilson's
 interval, the difference with Tango's score interval and McNemar's exact test (made to agree:
-:func:`.stats.paired_difference`), the mean over sets by MOVER. Several runs an arm compare two training recipes:
-the run is the replicate (per-run accuracies, Welch's t; Student's t on the pooled seed variance when one arm has a
-single run: :func:`.stats.seed_difference`), problems the second level (a run's accuracy is its mean over them).
-Either way the sets' p are Holm-adjusted; a difference is resolved when its interval excludes 0 and (per set) its
-adjusted p is below 0.05."""
+:func:`..scoring.stats.paired_difference`), the mean over sets by MOVER. Several runs an arm compare two training
+recipes: the run is the replicate (per-run accuracies, Welch's t; Student's t on the pooled seed variance when one arm
+has a single run: :func:`..scoring.stats.seed_difference`), problems the second level (a run's accuracy is its mean
+over them). Either way the sets' p are Holm-adjusted; a difference is resolved when its interval excludes 0 and (per
+set) its adjusted p is below 0.05."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _seed_arm(per_run: np.ndarray, variance: float, df: float) -> dict:
 
 
 def _seed_stats(per_base: np.ndarray, per_cand: np.ndarray, problems: int) -> dict:
-    """The difference of per-run accuracies (:func:`.stats.seed_difference`) and each arm's accuracy."""
+    """The difference of per-run accuracies (:func:`..scoring.stats.seed_difference`) and each arm's accuracy."""
     d = seed_difference(per_base, per_cand, problems)
     arm_df = [len(per_base) - 1, len(per_cand) - 1]
     arm_df = [df if df >= 1 else max(arm_df) for df in arm_df]  # one run: the other arm's seed variance

@@ -296,7 +296,7 @@ def _prompt_warning(found: LmEvalSet, task: EvalTask) -> str | None:
 
 def _refuse_several_models(folder, found: list[LmEvalSet]) -> None:
     """One report is of one model: samples found under ``folder`` from runs of different models (lm-eval writes
-    one folder per model under its --output_path) are an :class:`~.errors.UnusableInput`."""
+    one folder per model under its --output_path) are an :class:`~..errors.UnusableInput`."""
     folders = {s.path.parent for s in found}
     unknown = [s for s in found if not s.run.get("model_args")]
     if len(folders) > 1 and unknown:  # a folder without its results file: its model cannot be told
@@ -329,7 +329,7 @@ def score_lm_eval_samples(
 ) -> dict:
     """Score the lm-eval samples under ``folder`` (see the module docs); write ``out_dir``/report.json,
     report.md and generations.jsonl, as ``del-eval score`` does (the report of another run there is an
-    :class:`~.errors.OutputError` unless ``overwrite``; a SimulEq or SAT file that is not the authors' is refused
+    :class:`~..errors.OutputError` unless ``overwrite``; a SimulEq or SAT file that is not the authors' is refused
     unless ``allow_modified``); return the report."""
     require_eval_extra()
     found = read_lm_eval_samples(folder, benchmark_dir)

@@ -84,7 +84,7 @@ class RunReport:
         overwrite: bool = False,
     ) -> RunReport:
         """A new report in ``out_dir`` (made when missing; a file, or a folder that cannot be written, is an
-        :class:`~.errors.OutputError`). The report already there is resumed when it was written by the same run
+        :class:`~..errors.OutputError`). The report already there is resumed when it was written by the same run
         (``resume_key``, and its complete sets are among ``tasks``): its complete sets, with the same source files,
         are kept with their generations. A report of another run is an OutputError, unless ``overwrite``: then it
         is replaced once this run is complete. A report in which nothing was scored yet is replaced."""

@@ -1,5 +1,5 @@
 """The files of one report's folder, and their one writer: ``report.json`` (written whole after every change),
-``generations.jsonl`` (a whole line appended at a time), and at the end ``report.md`` and the plots (:mod:`.output`
+``generations.jsonl`` (a whole line appended at a time), and at the end ``report.md`` and the plots (:mod:`..output`
 writes each file whole). What the report says is :class:`~.run_report.RunReport`'s job; where it is written, this
 module's."""
 

@@ -6,7 +6,7 @@ Results are saved as they come: every generation is appended to ``generations.js
 is rewritten (by rename) after every batch, and the report is finished even when the run stops half-way (an error,
 Ctrl-C, SIGTERM), with ``"status": "partial"`` and the numbers of the finished problems. Run the same command again
 with the same ``--out`` and it starts from the sets not yet complete; after a hard kill (SIGKILL) too, with every
-problem in ``generations.jsonl`` once (:class:`~.report.RunReport`).
+problem in ``generations.jsonl`` once (:class:`~..reports.run_report.RunReport`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ __all__ = ["EvalSettings", "GENERATIONS_FILE", "evaluate", "for_device", "load_f
 @dataclass(frozen=True)
 class EvalSettings:
     """How to evaluate. ``limit``: the first N problems of each set. ``program_of_thought``: run GSM8K, MATH,
-    SVAMP and SimulEq as the paper does, asking for a program and executing it (:mod:`.benchmarks.program`),
+    SVAMP and SimulEq as the paper does, asking for a program and executing it (:mod:`..benchmarks.program`),
     chain-of-thought for the problems it leaves unanswered; off by default, since it executes model-written code.
     ``unsandboxed_programs``: run those programs without the sandbox (only the limits)."""
 
@@ -94,9 +94,9 @@ def evaluate(
 
     Before anything is written or loaded: a missing or unreadable set, an unknown name, a user's SimulEq or SAT
     file that is not the authors' (unless ``allow_modified``), a model that is neither a folder nor in the Hugging
-    Face cache (:class:`~.errors.UnusableInput`, a ValueError; FileNotFoundError) or a missing extra
+    Face cache (:class:`~..errors.UnusableInput`, a ValueError; FileNotFoundError) or a missing extra
     (``pip install del-plugin[eval]``, ImportError) is an error. ``out_dir`` holding the report of the same run
-    resumes it (the complete sets are kept); holding another run's report it is an :class:`~.errors.OutputError`
+    resumes it (the complete sets are kept); holding another run's report it is an :class:`~..errors.OutputError`
     unless ``overwrite`` (the earlier report is then replaced when this run is complete, not before)."""
     from .generation import check_model_source
 

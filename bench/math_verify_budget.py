@@ -27,8 +27,8 @@ from hostile_math import HOSTILE_OUTPUTS, PLAIN_OUTPUTS, REFERENCE  # noqa: E402
 def one_round(outputs: list[str], guard: bool) -> dict:
     """A new scorer (its worker started at the first problem that needs it, as in a run) scoring ``outputs``: wall
     seconds, CPU (this process's and the problems' processes'), memory, stops."""
-    from del_plugin.evaluation.math_verify_guard import too_costly
-    from del_plugin.evaluation.math_verify_scoring import MathVerifyScorer
+    from del_plugin.evaluation.scoring.math_verify_guard import too_costly
+    from del_plugin.evaluation.scoring.math_verify_scoring import MathVerifyScorer
 
     started, own_cpu = time.perf_counter(), time.process_time()
     scorer = MathVerifyScorer(guard=too_costly if guard else None)
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-guard", action="store_true", help="the budget alone (every output to math-verify)")
     args = parser.parse_args(argv)
 
-    from del_plugin.evaluation.math_verify_scoring import CPU_BUDGET_S, MEMORY_BUDGET_MB, math_verify_available
+    from del_plugin.evaluation.scoring.math_verify_scoring import CPU_BUDGET_S, MEMORY_BUDGET_MB, math_verify_available
 
     if not math_verify_available():
         print("math-verify is not installed (pip install 'del-plugin[eval]')")

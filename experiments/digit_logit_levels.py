@@ -60,9 +60,9 @@ def level_sums(logits: torch.Tensor, aligned_labels: torch.Tensor, vocab: DigitV
 
 @torch.inference_mode()
 def run_levels(adapter: Path, heldout: Path, batch_size: int) -> dict[str, float]:
-    from del_plugin.evaluation.data import read_eval_set
-    from del_plugin.evaluation.generation import PromptFormat, load_model
-    from del_plugin.evaluation.teacher_forced import pad_teacher_forced
+    from del_plugin.evaluation.benchmarks.own_sets import read_eval_set
+    from del_plugin.evaluation.run.generation import PromptFormat, load_model
+    from del_plugin.evaluation.scoring.teacher_forced import pad_teacher_forced
 
     lm = load_model(adapter, dtype="float32", device="cpu")
     vocab = DigitVocab.from_tokenizer(lm.tokenizer)

@@ -11,7 +11,8 @@ held-out problems. The comparisons use that pairing twice:
   independent, which they are not quite (the same problem recurs once per seed), so read those p-values as a
   screen; the seed-level interval is the conservative one.
 
-The statistics are del-eval's (:mod:`del_plugin.evaluation.stats`, on scipy), the ones ``del-eval compare`` uses.
+The statistics are del-eval's (:mod:`del_plugin.evaluation.scoring.stats`, on scipy), the ones ``del-eval compare``
+uses.
 Nothing here trains or loads a model (the tests run it on hand-made results).
 """
 
@@ -21,8 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from del_plugin.evaluation.stats import holm, sign_test_p
-from del_plugin.evaluation.verdict import log_error, tf_digit_accuracy, verdict_markdown
+from del_plugin.evaluation.compare.verdict import log_error, tf_digit_accuracy
+from del_plugin.evaluation.compare.verdict_report import verdict_markdown
+from del_plugin.evaluation.scoring.stats import holm, sign_test_p
 
 from .findings import paired_lower
 from .seed_stats import mean_ci
@@ -163,8 +165,8 @@ def compare_verdicts(runs: Sequence[dict], reference: str) -> dict[str, dict]:
     reference's, paired problem by problem, the training run the replicate (Welch's t on the runs' accuracies). A
     setting whose reports cannot be read or paired gets the verdict's "cannot be tested" line; one whose runs record
     no generations is left out."""
-    from del_plugin.evaluation.report import load_report
-    from del_plugin.evaluation.verdict import compare_arms
+    from del_plugin.evaluation.compare.verdict import compare_arms
+    from del_plugin.evaluation.reports.files import load_report
 
     by_setting: dict[str, list[dict]] = {}
     for run in runs:

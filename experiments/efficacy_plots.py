@@ -28,7 +28,7 @@ def plot_sweep(
     ``settings``: dicts with ``label``, ``criterion`` and ``alpha``, in plotting order."""
     if not runs:
         return None
-    from del_plugin.evaluation.plots import pyplot, save_figure
+    from del_plugin.evaluation.reports.plots import pyplot, save_figure
 
     plt = pyplot()
 
@@ -130,7 +130,7 @@ def plot_paired(
     comparisons = paired_comparisons(runs, reference, metrics)
     if not comparisons:
         return None
-    from del_plugin.evaluation.plots import pyplot, save_figure
+    from del_plugin.evaluation.reports.plots import pyplot, save_figure
 
     plt = pyplot()
     settings = list(comparisons)

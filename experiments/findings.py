@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from del_plugin.evaluation.stats import paired_difference, sign_test_p
+from del_plugin.evaluation.scoring.stats import paired_difference, sign_test_p
 
 __all__ = ["accuracy_difference_interval", "findings_text", "paired_lower", "paired_outcomes", "plot_training_curves"]
 
@@ -37,7 +37,7 @@ def paired_outcomes(generations_a: Path, generations_b: Path) -> dict[str, int]:
 
 def accuracy_difference_interval(generations_a: Path, generations_b: Path) -> tuple[float, float] | None:
     """The 95 % interval of accuracy B - A on the problems both answered, as del-eval compare's verdict gives it for
-    one run an arm (:func:`del_plugin.evaluation.stats.paired_difference`: Tango's score interval, made to agree
+    one run an arm (:func:`del_plugin.evaluation.scoring.stats.paired_difference`: Tango's score interval, made to agree
     with McNemar's exact test), so that the findings and compare's verdict beside them say the same; None when they
     share no problem."""
     pairs = paired_outcomes(generations_a, generations_b)
@@ -169,7 +169,7 @@ def _entropy_sentence(tf: dict[str, dict], generations: dict[str, Path]) -> list
 
 def plot_training_curves(histories: dict[str, list[dict]], path: Path) -> Path | None:
     """Cross-entropy, digit entropy and digit accuracy of the training batches, per logged step, one line per run."""
-    from del_plugin.evaluation.plots import pyplot, save_figure
+    from del_plugin.evaluation.reports.plots import pyplot, save_figure
 
     plt = pyplot()
 

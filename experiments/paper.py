@@ -172,7 +172,8 @@ def _benchmark_dir(given: str | None) -> str | None:
     benchmark_dir = str(Path(given).expanduser().resolve())
     if not Path(benchmark_dir).is_dir():
         raise SystemExit(f"error: --benchmark-dir {given}: no such folder")
-    from del_plugin.evaluation.tasks import ModifiedBenchmarkError, benchmark_task, refuse_modified_sets
+    from del_plugin.evaluation.benchmarks.sets import ModifiedBenchmarkError
+    from del_plugin.evaluation.scoring.tasks import benchmark_task, refuse_modified_sets
 
     try:
         refuse_modified_sets([benchmark_task(name, benchmark_dir, 1) for name in ("simuleq", "sat")], False)

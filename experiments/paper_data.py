@@ -25,7 +25,7 @@ def mathinstruct_answer(gsm8k_answer: str) -> str:
 
 
 def _alpaca_text(question: str, answer: str) -> str:
-    from del_plugin.evaluation.generation import ALPACA_PROMPT
+    from del_plugin.evaluation.run.generation import ALPACA_PROMPT
 
     return ALPACA_PROMPT.format(question=question) + answer
 

@@ -2,8 +2,8 @@
 as columns, their mean accuracy last), paired differences against MLE on the same seeds with 95 % intervals, the
 numeric and teacher-forced digit metrics, every run with its time and training throughput.
 
-Nothing here trains or loads a model: the statistics are del-eval's (:mod:`del_plugin.evaluation.stats`), through
-:mod:`.efficacy` and ``del-eval compare``'s verdict per setting.
+Nothing here trains or loads a model: the statistics are del-eval's
+(:mod:`del_plugin.evaluation.scoring.stats`), through :mod:`.efficacy` and ``del-eval compare``'s verdict per setting.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import platform
 from pathlib import Path
 
-from del_plugin.evaluation.verdict import verdict_markdown
+from del_plugin.evaluation.compare.verdict_report import verdict_markdown
 
 from .efficacy import (
     PAIRED_LEGEND,

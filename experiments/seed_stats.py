@@ -1,6 +1,6 @@
 """The demo's and the sweeps' statistics over seeds: the mean of a few per-seed values with its Student-t
 interval. del-eval's own statistics (standard errors, Tango's interval, McNemar's test, Welch's t, Holm) are
-:mod:`del_plugin.evaluation.stats`."""
+:mod:`del_plugin.evaluation.scoring.stats`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from del_plugin.evaluation.stats import CONFIDENCE
+from del_plugin.evaluation.scoring.stats import CONFIDENCE
 
 __all__ = ["mean_ci", "t_quantile"]
 

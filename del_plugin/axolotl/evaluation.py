@@ -47,7 +47,7 @@ def eval_command(
     output_dir: str, names: Sequence[str], settings, benchmark_dir: str | None, allow_modified: bool = False
 ) -> str:
     """The ``del-eval run`` command that gives the same report as the post-training evaluation."""
-    from ..evaluation.benchmarks.sets import BENCHMARK_NAMES
+    from ..evaluation.benchmarks.names import BENCHMARK_NAMES
 
     sets = "all" if list(names) == list(BENCHMARK_NAMES) else ",".join(names)
     parts = ["del-eval run", f"--model {shlex.quote(str(output_dir))}", f"--benchmarks {sets}"]
@@ -80,8 +80,8 @@ def card_section(
 ) -> str:
     """The DEL section of a model card: criterion, weight and tokenizer layout; with ``report``, its scores and
     the command that reproduces them."""
-    from ..evaluation.report import macc as _macc
-    from ..evaluation.tables import benchmark_title, fmt
+    from ..evaluation.reports.summary import macc as _macc
+    from ..evaluation.reports.tables import benchmark_title, fmt
 
     weighting = settings.weighting
     places = (
@@ -169,8 +169,8 @@ def _push_card(trainer, card: Path) -> None:
 def evaluate_after_training(cfg, trainer) -> dict:
     """Score ``cfg.output_dir`` (the saved model) on ``cfg.del_eval_benchmarks``; write the report, log the
     accuracies through ``trainer``, put them into the model card; return the report. Call on rank 0 only."""
-    from ..evaluation.benchmarks.sets import resolve_benchmark_names
-    from ..evaluation.runner import EvalSettings, evaluate
+    from ..evaluation.benchmarks.names import resolve_benchmark_names
+    from ..evaluation.run.runner import EvalSettings, evaluate
 
     names = resolve_benchmark_names(cfg.del_eval_benchmarks)
     settings = EvalSettings(

@@ -46,7 +46,7 @@ def _with_benchmarks(argv: Sequence[str], names: Sequence[str]) -> str:
 def _refuse_missing_benchmarks(args: argparse.Namespace, benchmarks: str) -> None:
     """Every set asked for that is not here (SimulEq and SAT without --benchmark-dir), named at once with the
     command that runs the others, before anything is read or loaded."""
-    from .benchmarks.sets import missing_benchmarks, resolve_benchmark_names
+    from .benchmarks.names import missing_benchmarks, resolve_benchmark_names
 
     names = resolve_benchmark_names(benchmarks)
     missing = missing_benchmarks(names, args.benchmark_dir, run_instead=lambda ok: _with_benchmarks(args.argv, ok))
@@ -55,7 +55,7 @@ def _refuse_missing_benchmarks(args: argparse.Namespace, benchmarks: str) -> Non
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .runner import EvalSettings, evaluate
+    from .run.runner import EvalSettings, evaluate
 
     if not args.data and not args.benchmarks:
         raise UsageError("nothing to evaluate: give --data files and/or --benchmarks (e.g. --benchmarks all)")
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _estimate(args: argparse.Namespace, settings) -> int:
     """``run --estimate``: the expected time of the run, from a probe; nothing written."""
-    from .estimate import estimate_run, format_estimate
+    from .run.estimate import estimate_run, format_estimate
 
     tasks, probe, seconds = estimate_run(
         args.model,
@@ -124,7 +124,7 @@ def _print_written(report: dict, out: Path) -> None:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from .score import score_predictions
+    from .run.score import score_predictions
 
     out = Path(args.out)
     if args.lm_eval_samples:
@@ -133,7 +133,7 @@ def _score(args: argparse.Namespace) -> int:
                 "--lm-eval-samples reads the sets and generations from lm-eval's samples: give it without "
                 "--benchmark, --predictions, --program-of-thought and --unsandboxed-programs"
             )
-        from .lm_eval_samples import score_lm_eval_samples
+        from .lm_eval.samples import score_lm_eval_samples
 
         report = score_lm_eval_samples(
             args.lm_eval_samples,
@@ -163,7 +163,7 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _lm_eval_tasks(args: argparse.Namespace) -> int:
-    from .lm_eval_tasks import GROUP, write_lm_eval_tasks
+    from .lm_eval.tasks import GROUP, write_lm_eval_tasks
 
     _refuse_missing_benchmarks(args, args.benchmarks)
     written = write_lm_eval_tasks(
@@ -188,7 +188,8 @@ def _lm_eval_tasks(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .report import compare_reports, load_report
+    from .compare.comparison import compare_reports
+    from .reports.files import load_report
 
     if args.resamples is not None:
         logging.getLogger(__name__).warning(
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     from ..host_notices import hold_back_import_notices
-    from .report import require_eval_extra
+    from .eval_extra import require_eval_extra
 
     hold_back_import_notices()
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import argparse
 
-from .benchmarks.names import resolve_benchmark_names
-from .benchmarks.sets import SHIPPED_NAMES
+from .benchmarks.names import MAX_NEW_TOKENS, SHIPPED_NAMES, resolve_benchmark_names
 from .errors import exit_status_help
-from .generation import MAX_NEW_TOKENS
 
 __all__ = ["build_parser"]
 

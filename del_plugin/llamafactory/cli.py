@@ -98,7 +98,7 @@ def save_config(config: dict[str, Any]) -> None:
         return
     import yaml
 
-    from ..evaluation.llamafactory_config import CONFIG_FILE
+    from ..evaluation.run.llamafactory_config import CONFIG_FILE
 
     text = yaml.safe_dump(config, sort_keys=False)
     (Path(output_dir) / CONFIG_FILE).write_text(text, encoding="utf-8")

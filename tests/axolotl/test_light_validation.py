@@ -17,11 +17,11 @@ from repo import REPO
 # the evaluation's heavy parts: the runner, greedy generation, the program sandbox (its package holds the
 # launcher), lm-eval and math-verify
 HEAVY = (
-    "del_plugin.evaluation.runner",
-    "del_plugin.evaluation.generation",
+    "del_plugin.evaluation.run.runner",
+    "del_plugin.evaluation.run.generation",
     "del_plugin.evaluation.benchmarks.program",
-    "del_plugin.evaluation.lm_eval_",
-    "del_plugin.evaluation.math_verify_",
+    "del_plugin.evaluation.lm_eval",
+    "del_plugin.evaluation.scoring.math_verify_",
 )
 
 

@@ -18,7 +18,6 @@ from decimal import Decimal
 import pytest
 
 from del_plugin.evaluation import cli
-from del_plugin.evaluation.answers import is_correct
 from del_plugin.evaluation.benchmarks import (
     BENCHMARK_NAMES,
     load_benchmark,
@@ -28,16 +27,19 @@ from del_plugin.evaluation.benchmarks import (
     score_math,
     score_number,
 )
+from del_plugin.evaluation.benchmarks.answers import GSM8K_MARKERS, is_correct
+from del_plugin.evaluation.benchmarks.names import DATA_DIR, missing_benchmarks
 from del_plugin.evaluation.benchmarks.program import (
     SandboxUnavailableError,
     extract_program,
     program_sandbox,
     run_program,
 )
-from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, Verdict, canonical_number
-from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, DATA_DIR, missing_benchmarks
-from del_plugin.evaluation.report import load_report, macc
-from del_plugin.evaluation.score import read_predictions, score_predictions
+from del_plugin.evaluation.benchmarks.readers import Verdict, canonical_number
+from del_plugin.evaluation.benchmarks.sets import BENCHMARKS
+from del_plugin.evaluation.reports.files import load_report
+from del_plugin.evaluation.reports.summary import macc
+from del_plugin.evaluation.run.score import read_predictions, score_predictions
 
 from paper_sets import SAT, SIMULEQ
 
@@ -523,7 +525,7 @@ def test_math_verify_beside_the_paper_on_hand_checked_outputs(name, benchmark_di
 
 
 def test_the_math_verify_column_is_absent_without_math_verify(benchmark_dir, tmp_path, monkeypatch):
-    from del_plugin.evaluation import math_verify_scoring
+    from del_plugin.evaluation.scoring import math_verify_scoring
 
     # math-verify not installed: find_spec answers None for it (the one thing replaced)
     real_find_spec = math_verify_scoring.importlib.util.find_spec
@@ -547,7 +549,11 @@ def test_the_math_verify_column_is_absent_without_math_verify(benchmark_dir, tmp
 def test_math_verify_is_bounded_and_works_off_the_main_thread():
     import threading
 
-    from del_plugin.evaluation.math_verify_scoring import MAX_PREDICTION_CHARS, MathVerifyScorer, math_verify_inputs
+    from del_plugin.evaluation.scoring.math_verify_scoring import (
+        MAX_PREDICTION_CHARS,
+        MathVerifyScorer,
+        math_verify_inputs,
+    )
 
     scorer = MathVerifyScorer()
     try:

@@ -1,4 +1,4 @@
-"""del-eval compare's verdict and the statistics behind it (del_plugin/evaluation/stats.py, verdict.py).
+"""del-eval compare's verdict and the statistics behind it (del_plugin/evaluation/scoring/stats.py, verdict.py).
 
 Reports are made the way a user makes them: generations scored by ``del-eval score`` against GSM8K, right where the
 output states the reference answer, wrong where it states another number. Intervals and p-values are checked
@@ -19,9 +19,10 @@ from scipy.stats import t as t_dist
 from scipy.stats import ttest_1samp, ttest_ind
 
 from del_plugin.evaluation import cli, load_benchmark, load_report, score_predictions
+from del_plugin.evaluation.compare.verdict import compare_arms, log_error
 from del_plugin.evaluation.errors import EXIT_USAGE, UsageError
-from del_plugin.evaluation.paired_verdict import SetOutcomes, outcome_verdict
-from del_plugin.evaluation.stats import (
+from del_plugin.evaluation.compare.paired_verdict import SetOutcomes, outcome_verdict
+from del_plugin.evaluation.scoring.stats import (
     accuracy_se,
     detectable_difference,
     holm,
@@ -31,7 +32,6 @@ from del_plugin.evaluation.stats import (
     tango_interval,
     wilson_interval,
 )
-from del_plugin.evaluation.verdict import compare_arms, log_error
 
 from repo import REPO
 
@@ -405,7 +405,7 @@ def test_a_report_without_its_generations_cannot_be_paired(tmp_path, gsm8k_refer
 
 def _data_report(folder, name: str, rows: list[dict]):
     """A run's report on one --data set, written as del-eval writes it (report.json beside generations.jsonl)."""
-    from del_plugin.evaluation.report import SCHEMA
+    from del_plugin.evaluation.reports.files import SCHEMA
 
     folder.mkdir(parents=True)
     right = sum(r["correct"] for r in rows)
@@ -497,7 +497,7 @@ def test_the_higher_mean_error_is_never_bold(tmp_path, capsys):
 def test_the_detectable_difference_counts_at_least_one_discordant_pair():
     """No discordant pair (the runs right on the same problems): the detectable difference is that of one pair,
     2.80 / n, as docs/evaluation.md states, not 0 (which would claim the sample misses nothing)."""
-    from del_plugin.evaluation.paired_verdict import SetOutcomes, outcome_verdict
+    from del_plugin.evaluation.compare.paired_verdict import SetOutcomes, outcome_verdict
 
     same = np.array([[1] * 30 + [0] * 70], dtype=np.int8)
     (entry,), summary, _ = outcome_verdict([SetOutcomes("s", "s", False, same, same.copy())], ("A", "B"))

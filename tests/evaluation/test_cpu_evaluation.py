@@ -9,9 +9,9 @@ import math
 import pytest
 
 from del_plugin.evaluation import cli
-from del_plugin.evaluation.estimate import PROBE_TOKENS, Probe, estimate_run, expected_seconds, format_estimate
-from del_plugin.evaluation.generation import DEVICE_BATCH_SIZES, device_batch_size, generate_greedy, load_model
-from del_plugin.evaluation.runner import EvalSettings, for_device
+from del_plugin.evaluation.run.estimate import PROBE_TOKENS, Probe, estimate_run, expected_seconds, format_estimate
+from del_plugin.evaluation.run.generation import DEVICE_BATCH_SIZES, device_batch_size, generate_greedy, load_model
+from del_plugin.evaluation.run.runner import EvalSettings, for_device
 
 
 class Bar:

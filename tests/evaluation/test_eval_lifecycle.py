@@ -31,7 +31,7 @@ from del_plugin.evaluation.errors import (
     EXIT_UNWRITABLE_OUTPUT,
     OutputError,
 )
-from del_plugin.evaluation.report import STAGING_DIR, load_report
+from del_plugin.evaluation.reports.files import STAGING_DIR, load_report
 
 from repo import REPO
 
@@ -226,7 +226,7 @@ def test_del_eval_run_killed_hard_at_random_points_resumes_with_every_problem_sc
 def test_the_paper_demo_killed_while_scoring_resumes_its_evaluation(digit_model, tmp_path):
     """The demo's worker (``python -m experiments paper --worker RUN``) scoring the base model: killed after the
     first set, run again, it keeps that set, scores the second once, and marks the run done."""
-    from del_plugin.evaluation.runner import read_generations
+    from del_plugin.evaluation.run.runner import read_generations
     from experiments.paper_worker import work
     from experiments.runs import read_record, write_record
 
@@ -555,7 +555,7 @@ def test_settings_that_ask_for_nothing_are_usage_and_a_librarys_error_is_a_faile
     assert "aqua is asked as chain-of-thought" in capsys.readouterr().err
     # a ValueError from inside a library during the run (here a stand-in for transformers' generate) is not "an
     # input that cannot be used": it ends the run with its traceback (exit 1), the partial report saved
-    from del_plugin.evaluation import runner
+    from del_plugin.evaluation.run import runner
 
     def library_failure(*args, **kwargs):
         raise ValueError("something inside the library")
@@ -569,9 +569,9 @@ def test_a_resume_that_scores_nothing_keeps_the_runs_warnings_about_its_sets(tmp
     """A run killed after its last set was scored resumes without loading the model, so it cannot say again that
     the teacher-forced metrics were skipped (a tokenizer without digit tokens): the finished report still says
     so, as an uninterrupted run's does."""
-    from del_plugin.evaluation.report import RunReport
-    from del_plugin.evaluation.score import score_outputs
-    from del_plugin.evaluation.tasks import benchmark_task
+    from del_plugin.evaluation.reports.run_report import RunReport
+    from del_plugin.evaluation.run.score import score_outputs
+    from del_plugin.evaluation.scoring.tasks import benchmark_task
 
     skipped = "teacher-forced digit metrics skipped: no digit tokens"
 

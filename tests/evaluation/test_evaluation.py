@@ -13,14 +13,20 @@ import pytest
 import torch
 
 from del_plugin.evaluation import cli
-from del_plugin.evaluation.answers import extract_answer, find_numbers, format_decimal, is_correct
-from del_plugin.evaluation.benchmarks.readers import GSM8K_MARKERS, read_number
-from del_plugin.evaluation.data import read_eval_set
+from del_plugin.evaluation.benchmarks.answers import (
+    GSM8K_MARKERS,
+    extract_answer,
+    find_numbers,
+    format_decimal,
+    is_correct,
+)
+from del_plugin.evaluation.benchmarks.own_sets import read_eval_set
+from del_plugin.evaluation.benchmarks.readers import read_number
 from del_plugin.evaluation.errors import OutputError
 from del_plugin.evaluation.gsm8k import gsm8k_rows
-from del_plugin.evaluation.metrics import digits_by_place, log_transform, numeric_metrics
-from del_plugin.evaluation.report import load_report
-from del_plugin.evaluation.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
+from del_plugin.evaluation.reports.files import load_report
+from del_plugin.evaluation.scoring.metrics import digits_by_place, log_transform, numeric_metrics
+from del_plugin.evaluation.scoring.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
 
 from fake_vocab import TOKEN_ID, VOCAB, V, encode
 from repo import REPO
@@ -394,7 +400,7 @@ def test_missing_file_is_an_error_before_any_model_is_loaded(tmp_path, capsys):
 def test_a_data_file_without_a_usable_line_is_refused_before_the_model_loads(
     lines, first_bad, tmp_path, capsys, monkeypatch
 ):
-    from del_plugin.evaluation import generation
+    from del_plugin.evaluation.run import generation
 
     def no_model(*_args, **_kwargs):
         raise AssertionError("the model was looked for before the data file was checked")
@@ -549,9 +555,9 @@ def test_a_run_stopped_half_way_keeps_its_results(stop, digit_model, eval_file, 
     import os
     import signal
 
-    from del_plugin.evaluation import generation as generation_module
     from del_plugin.evaluation.cli import stop_cleanly_on_sigterm
-    from del_plugin.evaluation.runner import EvalSettings, evaluate
+    from del_plugin.evaluation.run import generation as generation_module
+    from del_plugin.evaluation.run.runner import EvalSettings, evaluate
 
     real = generation_module.generate_greedy
     out = tmp_path / "partial"
@@ -604,7 +610,7 @@ def benchmark_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def benchmark_run(digit_model, benchmark_dir, tmp_path_factory):
-    from del_plugin.evaluation.runner import EvalSettings, evaluate
+    from del_plugin.evaluation.run.runner import EvalSettings, evaluate
 
     out = tmp_path_factory.mktemp("benchmarks") / "all"
     settings = EvalSettings(limit=2, max_new_tokens=4, batch_size=4)
@@ -672,9 +678,9 @@ def test_benchmark_reports_side_by_side(benchmark_run, tmp_path):
 
 
 def test_a_stopped_benchmark_run_resumes_from_the_sets_already_scored(digit_model, tmp_path, monkeypatch):
-    from del_plugin.evaluation import generation as generation_module
-    from del_plugin.evaluation import runner
-    from del_plugin.evaluation.runner import EvalSettings, evaluate
+    from del_plugin.evaluation.run import generation as generation_module
+    from del_plugin.evaluation.run import runner
+    from del_plugin.evaluation.run.runner import EvalSettings, evaluate
 
     out = tmp_path / "resumed"
     settings = EvalSettings(limit=2, max_new_tokens=3, batch_size=2, teacher_forced=False)
@@ -723,9 +729,9 @@ def test_a_stopped_benchmark_run_resumes_from_the_sets_already_scored(digit_mode
 def test_program_of_thought_runs_the_programs_and_falls_back_to_chain_of_thought(digit_model, tmp_path, monkeypatch):
     """The generations are canned (generate_greedy replaced: the digit model writes no programs); the rest is real:
     prompts, the sandbox, scoring, the fallback and the report."""
-    from del_plugin.evaluation import generation as generation_module
     from del_plugin.evaluation.benchmarks.program import SandboxUnavailableError, program_sandbox
-    from del_plugin.evaluation.runner import EvalSettings, evaluate
+    from del_plugin.evaluation.run import generation as generation_module
+    from del_plugin.evaluation.run.runner import EvalSettings, evaluate
 
     try:
         sandbox = program_sandbox()
@@ -775,7 +781,7 @@ def test_program_of_thought_runs_the_programs_and_falls_back_to_chain_of_thought
 
 
 def test_stop_strings_end_a_generation(digit_model):
-    from del_plugin.evaluation.generation import PromptFormat, generate_greedy, load_model
+    from del_plugin.evaluation.run.generation import PromptFormat, generate_greedy, load_model
 
     lm = load_model(digit_model)
     prompts = [PromptFormat(lm.tokenizer, "alpaca").prompt_ids("What is 1 + 1?")]
@@ -792,7 +798,7 @@ def test_stop_strings_end_a_generation(digit_model):
 def test_without_the_eval_extra_del_eval_stops_before_any_work(digit_model, tmp_path, monkeypatch, capsys):
     import sys
 
-    from del_plugin.evaluation.runner import evaluate
+    from del_plugin.evaluation.run.runner import evaluate
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if matplotlib were not installed
     out = tmp_path / "out"
@@ -807,8 +813,8 @@ def test_without_the_eval_extra_del_eval_stops_before_any_work(digit_model, tmp_
 
 
 def test_a_failing_plot_never_leaves_a_running_report(digit_model, eval_file, tmp_path, monkeypatch):
-    from del_plugin.evaluation import plots
-    from del_plugin.evaluation.runner import EvalSettings, evaluate
+    from del_plugin.evaluation.reports import plots
+    from del_plugin.evaluation.run.runner import EvalSettings, evaluate
 
     def broken(*args, **kwargs):
         raise RuntimeError("no usable backend")
@@ -823,8 +829,8 @@ def test_a_failing_plot_never_leaves_a_running_report(digit_model, eval_file, tm
 
 
 def test_benchmark_reports_show_the_teacher_forced_digit_metrics(digit_model, tmp_path):
-    from del_plugin.evaluation.report import compare_reports
-    from del_plugin.evaluation.runner import EvalSettings, evaluate
+    from del_plugin.evaluation.compare.comparison import compare_reports
+    from del_plugin.evaluation.run.runner import EvalSettings, evaluate
 
     settings = EvalSettings(max_new_tokens=2, limit=2)
     report = evaluate(digit_model, out_dir=tmp_path / "run", benchmarks="gsm8k,svamp", settings=settings)
@@ -890,7 +896,7 @@ axolotl version: `0.21.0`
 def test_prompt_format_from_an_axolotl_model_card(first, second, expected, tmp_path):
     """Cards written as Axolotl 0.21 writes them (axolotl/train.py setup_model_card; the real thing is in
     test_prompt_format_from_a_real_axolotl_output_dir)."""
-    from del_plugin.evaluation.axolotl_config import resolve_prompt_format
+    from del_plugin.evaluation.run.axolotl_config import resolve_prompt_format
 
     this = f"output_dir: {tmp_path}\ndatasets:\n- path: train.jsonl\n  type: alpaca"
     (tmp_path / "README.md").write_text(
@@ -904,12 +910,12 @@ def test_prompt_format_from_an_axolotl_model_card(first, second, expected, tmp_p
 
 
 def test_an_axolotl_config_that_decides_nothing_falls_back_to_the_tokenizer_and_says_so(tmp_path, caplog):
-    from del_plugin.evaluation.axolotl_config import resolve_prompt_format
+    from del_plugin.evaluation.run.axolotl_config import resolve_prompt_format
 
     mixed = f"output_dir: {tmp_path}\ndatasets:\n- path: a\n  type: alpaca\n- path: b\n  type: chat_template"
     (tmp_path / "README.md").write_text(AXOLOTL_CARD.format(first=mixed, second=mixed))
     with_template = type("Tokenizer", (), {"chat_template": "{{ messages }}"})()
-    with caplog.at_level("WARNING", logger="del_plugin.evaluation.axolotl_config"):
+    with caplog.at_level("WARNING", logger="del_plugin.evaluation.run.axolotl_config"):
         prompt_format, source = resolve_prompt_format("auto", with_template, [tmp_path, None])
     assert prompt_format.kind == "chat"
     assert source == (
@@ -938,7 +944,7 @@ def test_auto_reads_an_axolotl_format_of_its_own_and_prompts_as_axolotl_trained(
     from axolotl.prompt_strategies import load as load_strategy
     from axolotl.utils.dict import DictDefault
 
-    from del_plugin.evaluation.axolotl_config import resolve_prompt_format
+    from del_plugin.evaluation.run.axolotl_config import resolve_prompt_format
     from tools.assets import load_tokenizer
 
     shipped = yaml.safe_load((REPO / "examples" / example).read_text(encoding="utf-8"))
@@ -967,7 +973,7 @@ def test_prompt_format_from_a_real_axolotl_output_dir(tmp_path):
     """A real Axolotl LoRA run (tiny model, 2 steps, type: alpaca); its tokenizer then gets a chat template, so that
     only the saved config can make auto pick alpaca."""
     from del_plugin.evaluation.gsm8k import gsm8k_rows
-    from del_plugin.evaluation.runner import EvalSettings, evaluate
+    from del_plugin.evaluation.run.runner import EvalSettings, evaluate
     from tools.assets import tiny_model_dir
     from tools.cpu import alpaca_lora_config, write_alpaca_jsonl
 

@@ -20,13 +20,18 @@ from hypothesis import strategies as st
 
 from del_plugin import inputs
 from del_plugin.axolotl import check, config_yaml
-from del_plugin.evaluation import answers, cli
-from del_plugin.evaluation.answers import MAX_ANSWER_CHARS, extract_answer, find_numbers, last_match
-from del_plugin.evaluation.benchmarks import latex
+from del_plugin.evaluation import cli
+from del_plugin.evaluation.benchmarks import answers, latex
+from del_plugin.evaluation.benchmarks.answers import (
+    GSM8K_MARKERS,
+    MAX_ANSWER_CHARS,
+    extract_answer,
+    find_numbers,
+    last_match,
+)
 from del_plugin.evaluation.benchmarks.latex import same_math_answer
 from del_plugin.evaluation.benchmarks.program import run_program
 from del_plugin.evaluation.benchmarks.readers import (
-    GSM8K_MARKERS,
     read_choice,
     read_math_answer,
     read_number,
@@ -409,7 +414,7 @@ def test_other_json_inputs_nested_too_deep_are_refused_naming_the_file(tmp_path,
     status, err = del_eval(capsys, *argv, "--out", tmp_path / "out")
     assert status == EXIT_UNUSABLE_INPUT and "simuleq.json: not usable JSON (Exceeds the limit" in err, err
 
-    from del_plugin.evaluation.data import read_eval_set
+    from del_plugin.evaluation.benchmarks.own_sets import read_eval_set
 
     data = tmp_path / "data.jsonl"
     data.write_text('{"question": "q", "answer": "#### 1"}\n' + DEEP + "\n", encoding="utf-8")

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from del_plugin.evaluation import BENCHMARK_NAMES, cli, load_report, read_generations
-from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, DATA_DIR, load_benchmark
-from del_plugin.evaluation.generation import STOP_STRINGS, PromptFormat
-from del_plugin.evaluation.lm_eval_samples import read_lm_eval_samples
-from del_plugin.evaluation.lm_eval_tasks import write_lm_eval_tasks
+from del_plugin.evaluation.benchmarks.names import DATA_DIR
+from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, load_benchmark
+from del_plugin.evaluation.lm_eval.samples import read_lm_eval_samples
+from del_plugin.evaluation.lm_eval.tasks import write_lm_eval_tasks
+from del_plugin.evaluation.run.generation import STOP_STRINGS, PromptFormat
 from tools.assets import load_tokenizer, smollm2_dir
 
 from paper_sets import write_benchmark_dir

@@ -1,10 +1,10 @@
 """math-verify's per-problem budget (CPU time and memory, parse and verify together), enforced by the kernel in the
-worker's forked process, and the static guard in front of it (del_plugin/evaluation/math_verify_guard.py; its own
-cases in test_math_verify_guard.py): hostile GSM8K-style outputs (power towers, huge powers of polynomials,
-factorial chains, deep nests; tests/helpers/hostile_math.py) are each "not verified" with a reason, the guard's or
-the budget's; with the guard off (``guard=None``) the budget alone stops the runaways, the worker kept; plain
-outputs keep their verdicts. No wall-clock assertion: each checks the mechanism (the guard's reason, the signal that
-stopped the problem, the CPU time and memory the kernel counted for its process)."""
+worker's forked process, and the static guard in front of it (del_plugin/evaluation/scoring/math_verify_guard.py; its
+own cases in test_math_verify_guard.py): hostile GSM8K-style outputs (power towers, huge powers of polynomials,
+factorial chains, deep nests; tests/helpers/hostile_math.py) are each "not verified" with a reason, the guard's or the
+budget's; with the guard off (``guard=None``) the budget alone stops the runaways, the worker kept; plain outputs keep
+their verdicts. No wall-clock assertion: each checks the mechanism (the guard's reason, the signal that stopped the
+problem, the CPU time and memory the kernel counted for its process)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import json
 import pytest
 
 from del_plugin.evaluation import cli
-from del_plugin.evaluation.math_verify_guard import too_costly
-from del_plugin.evaluation.math_verify_scoring import CPU_BUDGET_S, MEMORY_BUDGET_MB, MathVerifyScorer
+from del_plugin.evaluation.scoring.math_verify_guard import too_costly
+from del_plugin.evaluation.scoring.math_verify_scoring import CPU_BUDGET_S, MEMORY_BUDGET_MB, MathVerifyScorer
 
 from hostile_math import HOSTILE_OUTPUTS, PLAIN_OUTPUTS, REFERENCE, RUNAWAY
 

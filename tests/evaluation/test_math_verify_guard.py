@@ -1,7 +1,7 @@
-"""The static guard in front of math-verify (del_plugin/evaluation/math_verify_guard.py): hand-worked cases on both
-sides of each limit, the shapes it must not misread (LaTeX's one-character exponents, ``\\!``, an exclamation mark
-after a word), and no rejection of any answer or solution shipped with the project. The hostile set through the
-scorer and ``del-eval score``: test_math_verify_budget.py."""
+"""The static guard in front of math-verify (del_plugin/evaluation/scoring/math_verify_guard.py): hand-worked cases on
+both sides of each limit, the shapes it must not misread (LaTeX's one-character exponents, ``\\!``, an exclamation mark
+after a word), and no rejection of any answer or solution shipped with the project. The hostile set through the scorer
+and ``del-eval score``: test_math_verify_budget.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ import random
 
 import pytest
 
-from del_plugin.evaluation.math_verify_guard import MAX_BINOMIAL_DIGITS, MAX_DEPTH, MAX_DIGITS, MAX_TERMS, too_costly
+from del_plugin.evaluation.scoring.math_verify_guard import (
+    MAX_BINOMIAL_DIGITS,
+    MAX_DEPTH,
+    MAX_DIGITS,
+    MAX_TERMS,
+    too_costly,
+)
 
 from repo import REPO
 

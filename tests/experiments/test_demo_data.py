@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from del_plugin.evaluation.answers import extract_answer, find_numbers, is_correct
-from del_plugin.evaluation.data import read_eval_set
-from del_plugin.evaluation.stats import sign_test_p, tango_interval
+from del_plugin.evaluation.benchmarks.answers import extract_answer, find_numbers, is_correct
+from del_plugin.evaluation.benchmarks.own_sets import read_eval_set
+from del_plugin.evaluation.scoring.stats import sign_test_p, tango_interval
 from experiments.findings import accuracy_difference_interval, findings_text, paired_lower, paired_outcomes
 from experiments.problems import (
     TEMPLATES,

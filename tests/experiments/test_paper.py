@@ -122,7 +122,7 @@ def test_tokens_per_row_is_smollm2s_count_of_the_formatted_rows():
     tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir()))
     rows = training_rows(replace(PROFILES["gpu"], train_rows=None, sequence_len=4096), tokenizer, data_seed=42)
     assert len(rows) == 7473
-    from del_plugin.evaluation.generation import ALPACA_PROMPT
+    from del_plugin.evaluation.run.generation import ALPACA_PROMPT
 
     texts = [ALPACA_PROMPT.format(question=r["instruction"]) + r["output"] for r in rows]
     lengths = [len(ids) + 1 for ids in tokenizer(texts).input_ids]  # + EOS

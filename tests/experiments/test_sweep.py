@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from del_plugin.evaluation.stats import holm, sign_test_p
+from del_plugin.evaluation.scoring.stats import holm, sign_test_p
 from experiments.efficacy import (
     METRICS,
     aggregate,

@@ -1,7 +1,7 @@
-"""A seeded simulation of ``del-eval compare``'s error rates: datasets drawn from a known truth, each put through
-the verdict's own code from the paired outcomes on (:func:`del_plugin.evaluation.paired_verdict.outcome_verdict`,
-what :func:`~del_plugin.evaluation.verdict.compare_arms` calls once the reports are read and paired), and counted:
-how often a difference is called resolved, how often the interval covers the true difference, the stated
+"""A seeded simulation of ``del-eval compare``'s error rates: datasets drawn from a known truth, each put through the
+verdict's own code from the paired outcomes on (:func:`del_plugin.evaluation.compare.paired_verdict.outcome_verdict`,
+what :func:`~del_plugin.evaluation.compare.verdict.compare_arms` calls once the reports are read and paired), and
+counted: how often a difference is called resolved, how often the interval covers the true difference, the stated
 detectable difference. Shared by tests/evaluation/test_compare_simulation.py (small) and bench/compare_simulation.py
 (the docs' table).
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from del_plugin.evaluation.paired_verdict import SetOutcomes, outcome_verdict
+from del_plugin.evaluation.compare.paired_verdict import SetOutcomes, outcome_verdict
 
 LABELS = ("baseline", "candidate")
 

@@ -11,8 +11,8 @@ import sys
 import pytest
 import yaml
 
-from del_plugin.evaluation.axolotl_config import resolve_prompt_format
-from del_plugin.evaluation.llamafactory_config import CONFIG_FILE
+from del_plugin.evaluation.run.axolotl_config import resolve_prompt_format
+from del_plugin.evaluation.run.llamafactory_config import CONFIG_FILE
 from tools.assets import load_tokenizer
 
 from llamafactory_runs import LANE_ONLY, LLAMAFACTORY_LANE, tiny_config, write_dataset

@@ -6,6 +6,9 @@
   ``experiments``, ``tools`` and ``bench``) over :data:`MAX_FUNCTION_LINES`;
 * floors: no import circle among ``del_plugin``'s modules, and no module importing one that stands above it
   (:data:`FLOORS`); imports are read statically, function-level ones included, so a lazy import counts;
+* del-eval in parts: ``del_plugin/evaluation/`` keeps at most :data:`MAX_EVALUATION_TOP_MODULES` modules at its top
+  (the CLI, the public API, what every part shares) and its parts (sub-packages, and those top modules) import one
+  another one way, never in a circle;
 * validating a config loads only what it checks (tests/axolotl/test_light_validation.py, which imports the
   validator and validates the ``del_eval_*`` keys in a fresh process);
 * the tests' helpers live in one place: no test file imports another test file (what they share is in
@@ -40,6 +43,10 @@ FUNCTION_RULE_FOLDERS = ("del_plugin", "experiments", "tools", "bench")
 # axolotl and llamafactory, share the top floor and do not import each other (the rules both apply live below them).
 FLOORS = {"ground": 0, "core": 1, "hf": 2, "evaluation": 2, "axolotl": 3, "llamafactory": 3}
 FRONT_DOOR = PACKAGE
+# del-eval's folder: its parts are its sub-packages (one a verb's worth: run, scoring, reports, compare, ...) and the
+# few modules at its top
+EVALUATION = f"{PACKAGE}.evaluation"
+MAX_EVALUATION_TOP_MODULES = 10
 
 
 # ---------------------------------------------------------------------------------------------- readers
@@ -143,6 +150,23 @@ def assert_no_circle(graph: dict[str, set[str]]) -> None:
     assert not circles, "import circles:\n" + "\n".join(edges)
 
 
+def part_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The import graph between ``package``'s parts: each sub-package, and each module at its top, is one node
+    (``package.run.runner`` counts as ``package.run``); imports within a part, and of ``package`` itself (its lazy
+    front door), are left out."""
+
+    def part(name: str) -> str:
+        return f"{package}.{name[len(package) + 1 :].split('.')[0]}"
+
+    parts: dict[str, set[str]] = {}
+    for importer, targets in graph.items():
+        if importer.startswith(package + "."):
+            here = part(importer)
+            inside = {part(t) for t in targets if t.startswith(package + ".")}
+            parts.setdefault(here, set()).update(inside - {here})
+    return parts
+
+
 def room(name: str) -> str | None:
     """The room a module of del_plugin stands in; None for the front door."""
     parts = name.split(".")
@@ -234,6 +258,34 @@ def test_the_import_reader_sees_every_form_of_import(tmp_path):
         "del_plugin.evaluation.cli (evaluation) -> del_plugin.hf.settings (hf)",
     ]
     assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_part_reader_sees_a_circle_between_sub_packages(tmp_path):
+    """Two sub-packages whose modules import each other's (no module circle: a.x -> b.y, b.z -> a.w) are a circle
+    of parts; a top module importing both is not in it."""
+    root = write_package(
+        tmp_path,
+        {
+            "del_plugin/__init__.py": "",
+            "del_plugin/evaluation/__init__.py": "",
+            "del_plugin/evaluation/cli.py": "from .a import x\nfrom .b import z\n",
+            "del_plugin/evaluation/a/__init__.py": "",
+            "del_plugin/evaluation/a/x.py": "from ..b.y import Y\n",
+            "del_plugin/evaluation/a/w.py": "",
+            "del_plugin/evaluation/b/__init__.py": "",
+            "del_plugin/evaluation/b/y.py": "Y = 1\n",
+            "del_plugin/evaluation/b/z.py": "def f():\n    from ..a.w import W\n",
+        },
+    )
+    graph = import_graph(root)
+    assert import_circles(graph) == []
+    parts = part_graph(graph, EVALUATION)
+    assert parts == {
+        "del_plugin.evaluation.cli": {"del_plugin.evaluation.a", "del_plugin.evaluation.b"},
+        "del_plugin.evaluation.a": {"del_plugin.evaluation.b"},
+        "del_plugin.evaluation.b": {"del_plugin.evaluation.a"},
+    }
+    assert import_circles(parts) == [["del_plugin.evaluation.a", "del_plugin.evaluation.b"]]
 
 
 def test_the_function_reader_measures_from_def_to_the_last_line(tmp_path):
@@ -357,6 +409,19 @@ def test_no_module_imports_one_that_stands_above_it():
     assert {room(name) for name in graph} == {None, *FLOORS}
     upward = upward_imports(graph)
     assert not upward, "\n".join(upward)
+
+
+def test_evaluation_parts_import_one_another_one_way():
+    parts = part_graph(import_graph(REPO), EVALUATION)
+    sub_packages = [p for p in parts if (REPO / p.replace(".", "/")).is_dir()]
+    assert len(sub_packages) >= 5 and sum(map(len, parts.values())) > 20  # the reader sees the parts and their imports
+    assert_no_circle(parts)
+
+
+def test_evaluation_top_holds_few_modules():
+    top = sorted(p.name for p in (REPO / EVALUATION.replace(".", "/")).glob("*.py"))
+    assert "cli.py" in top and "__init__.py" in top
+    assert len(top) <= MAX_EVALUATION_TOP_MODULES, f"{len(top)} modules at the top of del_plugin/evaluation: {top}"
 
 
 # ----------------------------------------------------------------------------------------- light validation

@@ -20,7 +20,7 @@ colon; GSM8K also "####"). When there is no such marker the whole output is sear
   verdict is then ``defaulted`` and counts as correct when the reference is ``A``; ``correct_without_default`` is
   the verdict without that default.
 
-An answer read is at most :data:`~..answers.MAX_ANSWER_CHARS` characters (a longer one is no answer; a
+An answer read is at most :data:`~.answers.MAX_ANSWER_CHARS` characters (a longer one is no answer; a
 ``\\boxed{`` whose brace does not close within it counts as one that never closes), and every reader is linear in
 the output.
 
@@ -34,7 +34,7 @@ from collections import deque
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from ..answers import ANSWER_MARKER, GSM8K_MARKERS, MAX_ANSWER_CHARS, after_last_marker, find_number, last_match
+from .answers import ANSWER_MARKER, GSM8K_MARKERS, MAX_ANSWER_CHARS, after_last_marker, find_number, last_match
 from .latex import last_boxed, normalize_math_answer, same_math_answer
 
 __all__ = [
@@ -65,7 +65,7 @@ class Verdict:
     """One output scored. ``prediction``: the answer read, in canonical form (``"0.75"``, ``"\\frac{1}{2}"``,
     ``"B"``), None for no answer. ``value``: the number of a numeric answer (for the MAE). ``defaulted``: a choice
     output without a letter, scored as ``"A"``. ``math_verify``: math-verify's verdict on the same text
-    (:mod:`~del_plugin.evaluation.math_verify_scoring`; None when it was not asked or is not installed);
+    (:mod:`~del_plugin.evaluation.scoring.math_verify_scoring`; None when it was not asked or is not installed);
     ``math_verify_note``: why math-verify gave no verdict (over its budget: then ``math_verify`` is False), else
     None."""
 

@@ -5,7 +5,7 @@ licence). SimulEq and SAT are read from a folder the user names (``benchmark_dir
 copies are: ``simuleq/simuleq.json`` and ``sat/sat.json``. Every file's sha256 is checked against the authors'
 file: a shipped file that differs is an error (the package is damaged); a user's file that differs is read, and
 its :class:`BenchmarkSet` says so (``verified`` False), since its accuracy is then not comparable with the paper's
-(del-eval refuses it unless ``--allow-modified``: :func:`~del_plugin.evaluation.tasks.refuse_modified_sets`).
+(del-eval refuses it unless ``--allow-modified``: :func:`~del_plugin.evaluation.scoring.tasks.refuse_modified_sets`).
 
 Questions are written as the authors' harness writes them: SVAMP's ``Body`` + " " + ``Question``; AQuA's and
 MMLU's options appended as ``Answer Choices: (A) … (B) …``; SAT's already inline. The id of a problem is its
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UnusableInput, decode_text, json_value, read_input_bytes
+from .answers import ANSWER_MARKER, GSM8K_MARKERS
 from .latex import last_boxed, normalize_math_answer
 from .names import (
     BENCHMARK_NAMES,
@@ -33,7 +34,7 @@ from .names import (
     missing_benchmarks,
     resolve_benchmark_names,
 )
-from .readers import ANSWER_MARKER, GSM8K_MARKERS, Verdict, reference_number, score_choice, score_math, score_number
+from .readers import Verdict, reference_number, score_choice, score_math, score_number
 
 __all__ = [
     "BENCHMARKS",

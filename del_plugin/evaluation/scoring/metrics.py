@@ -2,8 +2,8 @@
 
 Definitions (``n`` problems, prediction ``p`` and reference ``r``):
 
-* ``accuracy``: share of the ``n`` problems scored correct by :func:`~.answers.is_correct`; a generation without
-  a number is wrong.
+* ``accuracy``: share of the ``n`` problems scored correct by :func:`~..benchmarks.answers.is_correct`; a generation
+  without a number is wrong.
 * ``mae``: mean of ``|p - r|`` over the ``answered`` problems (those whose generation holds a number).
 * ``log_mae``: mean of ``|s(p) - s(r)|`` over the answered problems, ``s(x) = sign(x) * log(|x| + 1)``; unlike
   the MAE, one runaway answer cannot dominate it.
@@ -26,9 +26,9 @@ from decimal import Decimal
 
 import torch
 
-from ..core import DigitVocab, number_places
-from ..core.places import NOT_A_DIGIT
-from .answers import format_decimal, is_correct, to_float
+from ...core import DigitVocab, number_places
+from ...core.places import NOT_A_DIGIT
+from ..benchmarks.answers import format_decimal, is_correct, to_float
 
 __all__ = [
     "GenerationMetrics",
@@ -83,7 +83,7 @@ class NumericMetrics:
 
     def add(self, prediction: Decimal | None, reference: Decimal, correct: bool | None = None) -> bool:
         """Count one problem; returns whether it is correct: ``correct`` when given (the paper's benchmarks compare
-        exactly), else by :func:`~.answers.is_correct`."""
+        exactly), else by :func:`~..benchmarks.answers.is_correct`."""
         self.n += 1
         if correct is None:
             correct = is_correct(prediction, reference)
@@ -208,7 +208,7 @@ class GenerationMetrics:
         finished: bool = True,
         problem_id: int | None = None,
     ) -> None:
-        """Count one scored problem: its :class:`~.benchmarks.readers.Verdict`, the reference (canonical text),
+        """Count one scored problem: its :class:`~..benchmarks.readers.Verdict`, the reference (canonical text),
         the length of the generation scored (None: not generated here), whether it ended (EOS or a stop string)
         before the token limit, and its id (listed when math-verify's verdict differs from the paper's)."""
         self.n += 1

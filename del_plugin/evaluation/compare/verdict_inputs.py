@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import UnusableInput, UsageError, decode_text, json_value, read_input_bytes
+from ..errors import UnusableInput, UsageError, decode_text, json_value, read_input_bytes
 
 LOG = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def _check_set(entry, where: str, path: str) -> None:
 
 
 def checked_report(report: dict) -> dict:
-    """``report`` (as :func:`.report_files.load_report` read it) when compare can use it; else an
+    """``report`` (as :func:`..reports.files.load_report` read it) when compare can use it; else an
     :class:`UnusableInput` naming the file and the key. Adds the empty ``overall`` an old report may lack."""
     path = report.get("_path", "report")
     bad = _non_finite({k: v for k, v in report.items() if k != "_path"}, "report")

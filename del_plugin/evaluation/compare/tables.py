@@ -1,13 +1,14 @@
 """comparison.md's tables: several reports side by side, the paper's benchmarks in the paper's column order with
 mACC last, in bold only the differences the verdict's paired tests resolve (:mod:`.verdict`) and only where the
-reports scored the same problems; the cells are :mod:`.tables`'."""
+reports scored the same problems; the cells are :mod:`~del_plugin.evaluation.reports.tables`'."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
-from .tables import (
+from ..benchmarks.names import BENCHMARK_NAMES
+from ..benchmarks.sets import BENCHMARKS
+from ..reports.tables import (
     BENCHMARK_COLUMNS,
     DATA_FILE_COLUMNS,
     OVERALL,

@@ -10,19 +10,18 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
-from .answers import extract_answer, is_correct, to_float
-from .benchmarks.readers import Verdict, canonical_number
-from .benchmarks.sets import (
+from ..benchmarks.answers import extract_answer, is_correct, to_float
+from ..benchmarks.names import missing_benchmarks, resolve_benchmark_names
+from ..benchmarks.own_sets import DataIssue, check_files_exist, read_eval_set, require_problems
+from ..benchmarks.readers import Verdict, canonical_number
+from ..benchmarks.sets import (
     PROGRAM_SUFFIX,
     Benchmark,
     ModifiedBenchmarkError,
     Problem,
     load_benchmark,
-    missing_benchmarks,
     modified_set_error,
-    resolve_benchmark_names,
 )
-from .data import DataIssue, check_files_exist, read_eval_set, require_problems
 from .math_verify_scoring import math_verify_available, math_verify_check
 
 __all__ = [
@@ -38,8 +37,8 @@ __all__ = [
 
 
 def score_tolerance(output: str, reference: str) -> Verdict:
-    """The ``--data`` files' rule (:mod:`.answers`): the answer read as the paper's GSM8K reader reads it, correct
-    when it rounds to an integer reference or is within 4% of another one."""
+    """The ``--data`` files' rule (:mod:`..benchmarks.answers`): the answer read as the paper's GSM8K reader reads
+    it, correct when it rounds to an integer reference or is within 4% of another one."""
     found = extract_answer(output)
     if found is None:
         return Verdict(None, False)
@@ -63,7 +62,7 @@ class EvalTask:
     lines: dict[int, int] = field(default_factory=dict)
 
     def score(self, output: str, problem: Problem) -> Verdict:
-        """The paper's verdict on ``output`` (the set's reader: :mod:`.benchmarks.readers`, or the ``--data``
+        """The paper's verdict on ``output`` (the set's reader: :mod:`..benchmarks.readers`, or the ``--data``
         rule), with math-verify's on the same text beside it (``math_verify``, None without math-verify)."""
         if self.benchmark is None:
             verdict = score_tolerance(output, problem.reference)
@@ -106,7 +105,7 @@ class EvalTask:
 
 
 def data_file_task(path: str | Path, name: str, limit: int | None) -> EvalTask:
-    """A ``--data`` JSONL file (:mod:`.data`): problem ids are the 0-based line indices."""
+    """A ``--data`` JSONL file (:mod:`..benchmarks.own_sets`): problem ids are the 0-based line indices."""
     eval_set = read_eval_set(path, limit, name)
     require_problems(eval_set)
     problems = [Problem(e.line - 1, e.question, canonical_number(e.reference), e.solution) for e in eval_set.examples]
@@ -128,7 +127,7 @@ def data_file_task(path: str | Path, name: str, limit: int | None) -> EvalTask:
 
 
 def benchmark_task(name: str, benchmark_dir: str | Path | None, limit: int | None) -> EvalTask:
-    """One of the paper's benchmarks (:mod:`.benchmarks.sets`), its first ``limit`` problems."""
+    """One of the paper's benchmarks (:mod:`..benchmarks.sets`), its first ``limit`` problems."""
     loaded = load_benchmark(name, benchmark_dir, limit)
     return EvalTask(
         name=name,

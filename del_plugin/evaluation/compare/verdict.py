@@ -14,10 +14,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
-from .errors import UsageError
+from ..benchmarks.names import BENCHMARK_NAMES
+from ..benchmarks.sets import BENCHMARKS
+from ..errors import UsageError
+from ..scoring.stats import CONFIDENCE, POWER
 from .paired_verdict import ALPHA, SetOutcomes, outcome_verdict
-from .stats import CONFIDENCE, POWER
 from .verdict_inputs import SCORERS, problem_records, refuse_unpairable_runs
 from .verdict_report import plot_forest, verdict_line, verdict_markdown
 
@@ -54,7 +55,7 @@ def _paired_t_p(differences: Sequence[float]) -> float:
     problems each 1 closer are not resolved; all 0: p 1)."""
     from scipy.stats import ttest_1samp
 
-    from .stats import sign_test_p
+    from ..scoring.stats import sign_test_p
 
     if len(differences) < 2:
         return 1.0
@@ -75,7 +76,7 @@ def _paired_winners(base: dict, cand: dict, labels: tuple[str, str]) -> dict[str
     log-MAE by the paired t test on the errors themselves, and only where the values the tables show (each run's
     mean over its own answered problems) order the same way, so that only the lower mean error can be bold;
     teacher-forced digit accuracy by the exact sign test over the problems."""
-    from .stats import sign_test_p
+    from ..scoring.stats import sign_test_p
 
     winners = {}
     for column, value, higher, test in PAIRED_TESTED:

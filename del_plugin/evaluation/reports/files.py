@@ -1,12 +1,12 @@
 """A report folder's files by name, and reading its ``report.json`` (schema ``del-eval/2``, see
-``docs/evaluation.md``) back: what :mod:`.report` writes, :mod:`.report_resume` resumes and :mod:`.comparison` puts
-side by side."""
+``docs/evaluation.md``) back: what :mod:`.run_report` writes, :mod:`.resume` resumes and ``del-eval compare``
+puts side by side."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import decode_text, json_value, read_input_bytes
+from ..errors import decode_text, json_value, read_input_bytes
 
 __all__ = [
     "FOREST_PLOT",

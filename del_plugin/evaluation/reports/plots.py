@@ -22,7 +22,7 @@ def pyplot():
 
 def save_figure(fig, path: Path, dpi: int = 100) -> Path:
     """Lay out ``fig``, write it to ``path`` by rename (its folder made if missing), close it; ``path``."""
-    from .output import write_file_atomic
+    from ..output import write_file_atomic
 
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +105,8 @@ def plot_benchmark_accuracy(
 ) -> Path | None:
     """Grouped bars of accuracy per benchmark, the paper's column order, mACC last; ``series`` is ``(label,
     {benchmark name: accuracy}, mACC or None)``. Returns None when no series has a benchmark."""
-    from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
+    from ..benchmarks.names import BENCHMARK_NAMES
+    from ..benchmarks.sets import BENCHMARKS
 
     names = [n for n in BENCHMARK_NAMES if any(n in accuracies for _, accuracies, _ in series)]
     if not names:

@@ -10,13 +10,14 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from .benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sandbox, run_programs
-from .benchmarks.readers import Verdict
-from .benchmarks.sets import BENCHMARKS
-from .errors import UnusableInput, UsageError, is_unicode_text, json_value, read_input_bytes
-from .metrics import GenerationMetrics, ProgramCounts
-from .report import RunReport, require_eval_extra
-from .tasks import EvalTask, benchmark_task, generation_record, refuse_modified_sets
+from ..benchmarks.program import PROGRAM_TIMEOUT_S, extract_program, program_sandbox, run_programs
+from ..benchmarks.readers import Verdict
+from ..benchmarks.sets import BENCHMARKS
+from ..errors import UnusableInput, UsageError, is_unicode_text, json_value, read_input_bytes
+from ..eval_extra import require_eval_extra
+from ..reports.run_report import RunReport
+from ..scoring.metrics import GenerationMetrics, ProgramCounts
+from ..scoring.tasks import EvalTask, benchmark_task, generation_record, refuse_modified_sets
 
 __all__ = ["read_predictions", "score_predictions"]
 
@@ -24,7 +25,7 @@ _MAX_ERRORS_SHOWN = 10
 
 
 def read_predictions(predictions: str | Path | Iterable[dict], n_problems: int) -> dict[int, str]:
-    """``{id: output}`` from a JSONL file (or dicts). Every bad line is an error (:class:`~.errors.UnusableInput`
+    """``{id: output}`` from a JSONL file (or dicts). Every bad line is an error (:class:`~..errors.UnusableInput`
     listing them with their line numbers): not UTF-8, not JSON, no ``id`` or ``output``, an id that is not an integer
     in ``[0, n_problems)``, an id given twice. A file that cannot be read is one too."""
     where = str(predictions) if isinstance(predictions, (str, Path)) else "predictions"
@@ -90,8 +91,8 @@ def score_predictions(
 ) -> dict:
     """Score ``predictions`` (see the module docs) on ``benchmark``; write ``out_dir``/report.json, report.md
     and generations.jsonl; return the report. The report of another run in ``out_dir`` is an
-    :class:`~.errors.OutputError` unless ``overwrite`` (it is then replaced once this one is written whole). With
-    ``program_of_thought``, an output that holds a program is run (:mod:`.benchmarks.program`) and its printed
+    :class:`~..errors.OutputError` unless ``overwrite`` (it is then replaced once this one is written whole). With
+    ``program_of_thought``, an output that holds a program is run (:mod:`..benchmarks.program`) and its printed
     output read as the answer; there is no chain-of-thought to fall back to here (``unsandboxed_programs``: run
     them without the sandbox). A user's SimulEq or SAT file that is not the authors' is refused unless
     ``allow_modified``."""

@@ -93,9 +93,9 @@ def _timed_generation(lm, prompts: list[list[int]], new_tokens: int) -> tuple[fl
 
 
 def _timed_teacher_forced(lm, sequences: list[tuple[list[int], int]], batch_size: int) -> float:
-    from ..core import DigitVocab
-    from ..core.vocab import DigitVocabError
-    from .teacher_forced import teacher_forced_batches
+    from ...core import DigitVocab
+    from ...core.vocab import DigitVocabError
+    from ..scoring.teacher_forced import teacher_forced_batches
 
     try:
         vocab = DigitVocab.from_tokenizer(lm.tokenizer)
@@ -132,8 +132,8 @@ def probe_model(lm, prompt_format, task, settings, load_s: float) -> Probe:
 
 def estimate_run(model, data=(), *, benchmarks=(), benchmark_dir=None, adapter=None, settings, allow_modified=False):
     """Plan the run as :func:`~.runner.evaluate` would, load the model, probe it; ``(tasks, probe, expected s)``."""
+    from ..scoring.tasks import plan_tasks
     from .runner import for_device, load_for_run
-    from .tasks import plan_tasks
 
     tasks = plan_tasks(data, benchmarks, benchmark_dir, settings.limit, allow_modified=allow_modified)
     started = time.perf_counter()

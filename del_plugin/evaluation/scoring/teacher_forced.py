@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core import DigitVocab, digit_correct, digit_entropy, digit_targets_from_logits, next_token_places
-from ..core.places import NOT_A_DIGIT, shift_to_next_token
+from ...core import DigitVocab, digit_correct, digit_entropy, digit_targets_from_logits, next_token_places
+from ...core.places import NOT_A_DIGIT, shift_to_next_token
 
 __all__ = ["ENTROPY_BINS", "ENTROPY_EDGES", "TeacherForcedStats", "pad_teacher_forced", "teacher_forced_batches"]
 

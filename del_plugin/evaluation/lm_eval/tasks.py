@@ -2,23 +2,23 @@
 lm-eval runs them with any of its backends (``--model hf`` or ``vllm``).
 
 The folder written holds, per set, ``del_<set>.yaml`` (``del_gsm8k`` … ``del_mmlu_math``), the group
-``del_paper.yaml`` (its ``acc`` is mACC: the unweighted mean of the sets' accuracies, as :func:`~.report.macc`
+``del_paper.yaml`` (its ``acc`` is mACC: the unweighted mean of the sets' accuracies, as :func:`~..reports.summary.macc`
 computes it) and ``del_paper_tasks.py``, the functions the YAMLs name with ``!function``. Those are del-plugin's
 own, imported from this module, not copies:
 
 * ``process_docs_<set>``: lm-eval reads the set's file (``dataset_path: json``, the file ``del-eval run`` reads:
   the package's gzipped copy, or the user's SimulEq/SAT under ``--benchmark-dir``); the docs are replaced by
-  del-plugin's reading of the same file (:func:`~.benchmarks.sets.load_benchmark`, sha256 checked), one doc per
+  del-plugin's reading of the same file (:func:`~..benchmarks.sets.load_benchmark`, sha256 checked), one doc per
   problem: ``id`` (the problem's 0-based index in its file, as in del-eval's reports), ``question`` as the
   paper's harness writes it, ``reference`` in the form its scorer compares, ``solution`` (the reference solution
   where the set has one: math-verify reads MATH's answer there), and ``prompt``, what lm-eval sends;
-* ``process_results_<set>``: the set's answer reader and scorer (:meth:`~.benchmarks.sets.Benchmark.score`), the
+* ``process_results_<set>``: the set's answer reader and scorer (:meth:`~..benchmarks.sets.Benchmark.score`), the
   metric ``acc`` (1 correct, 0 not); and, when math-verify is installed where the tasks are written, the metric
-  ``math_verify``: math-verify's verdict on the same generation (:mod:`.math_verify_scoring`), as ``del-eval run``
-  reports it beside the paper's.
+  ``math_verify``: math-verify's verdict on the same generation (:mod:`..scoring.math_verify_scoring`), as
+  ``del-eval run`` reports it beside the paper's.
 
 Prompts and decoding are ``del-eval run``'s: zero-shot, greedy (``do_sample: false``), the stop strings of
-:data:`~.generation.STOP_STRINGS` (lm-eval adds the model's EOS), ``max_gen_toks`` = ``del-eval run
+:data:`~..run.generation.STOP_STRINGS` (lm-eval adds the model's EOS), ``max_gen_toks`` = ``del-eval run
 --max-new-tokens``. ``alpaca`` (the paper's format): ``prompt`` is Axolotl's alpaca text with the question, plus
 the response prefix of the option sets. ``chat``: ``prompt`` is the question, which lm-eval puts into the model's
 chat template as one user turn when run with ``--apply_chat_template``; the option sets' response prefix is the
@@ -34,19 +34,12 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .. import __version__
-from .benchmarks.sets import (
-    BENCHMARK_NAMES,
-    BENCHMARKS,
-    BenchmarkSet,
-    load_benchmark,
-    missing_benchmarks,
-    resolve_benchmark_names,
-)
-from .generation import ALPACA_PROMPT, MAX_NEW_TOKENS, STOP_STRINGS
-from .math_verify_scoring import math_verify_available, math_verify_verdict
-from .output import prepare_output_dir, write_text_atomic
-from .tasks import modified_set_error
+from ... import __version__
+from ..benchmarks.names import BENCHMARK_NAMES, MAX_NEW_TOKENS, missing_benchmarks, resolve_benchmark_names
+from ..benchmarks.sets import BENCHMARKS, BenchmarkSet, load_benchmark, modified_set_error
+from ..output import prepare_output_dir, write_text_atomic
+from ..run.generation import ALPACA_PROMPT, STOP_STRINGS
+from ..scoring.math_verify_scoring import math_verify_available, math_verify_verdict
 
 __all__ = [
     "GROUP",
@@ -223,10 +216,10 @@ def _group_yaml(names: Sequence[str], header: str) -> str:
 def _helpers_py(names: Sequence[str], benchmark_dir: str | None, prompt_format: str) -> str:
     lines = [
         f'"""Written by `del-eval lm-eval-tasks` (del-plugin {__version__}): the docs and the scoring of the del_*',
-        "tasks, del-plugin's own (del_plugin.evaluation.lm_eval_tasks), so lm-eval needs del-plugin installed.",
+        "tasks, del-plugin's own (del_plugin.evaluation.lm_eval.tasks), so lm-eval needs del-plugin installed.",
         'Write this folder again with that command rather than editing it."""',
         "",
-        "from del_plugin.evaluation.lm_eval_tasks import docs_processor, results_processor",
+        "from del_plugin.evaluation.lm_eval.tasks import docs_processor, results_processor",
         "",
         f"BENCHMARK_DIR = {benchmark_dir!r}",
         f"PROMPT_FORMAT = {prompt_format!r}",
@@ -251,7 +244,7 @@ def write_lm_eval_tasks(
     """Write the lm-eval tasks of ``benchmarks`` (names or ``"all"``) and the group ``del_paper`` into
     ``out_dir``; return the files written. Every set is read and checked first: a missing file is a
     FileNotFoundError naming the set and the path looked at, a SimulEq or SAT file that is not the authors' a
-    :class:`~.tasks.ModifiedBenchmarkError` unless ``allow_modified``, and nothing is written."""
+    :class:`~..benchmarks.sets.ModifiedBenchmarkError` unless ``allow_modified``, and nothing is written."""
     if prompt_format not in LM_EVAL_PROMPT_FORMATS:
         raise ValueError(
             f"--prompt-format must be one of {', '.join(LM_EVAL_PROMPT_FORMATS)} for lm-eval tasks, got "

@@ -6,7 +6,7 @@ Results are saved as they come: every generation is appended to ``generations.js
 is rewritten (by rename) after every batch, and the report is finished even when the run stops half-way (an error,
 Ctrl-C, SIGTERM), with ``"status": "partial"`` and the numbers of the finished problems. Run the same command again
 with the same ``--out`` and it starts from the sets not yet complete; after a hard kill (SIGKILL) too, with every
-problem in ``generations.jsonl`` once (:class:`~.report.RunReport`).
+problem in ``generations.jsonl`` once (:class:`~..reports.run_report.RunReport`).
 """
 
 from __future__ import annotations
@@ -17,17 +17,19 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .benchmarks.program import PROGRAM_TIMEOUT_S, program_sandbox
-from .benchmarks.readers import Verdict
-from .benchmarks.sets import Problem
-from .errors import UnusableInput, UsageError
-from .generation import MAX_NEW_TOKENS
-from .metrics import GenerationMetrics, ProgramCounts
-from .output import read_jsonl
-from .report import GENERATIONS_FILE, RunReport, require_eval_extra
+from ..benchmarks.names import MAX_NEW_TOKENS
+from ..benchmarks.program import PROGRAM_TIMEOUT_S, program_sandbox
+from ..benchmarks.readers import Verdict
+from ..benchmarks.sets import Problem
+from ..errors import UnusableInput, UsageError
+from ..eval_extra import require_eval_extra
+from ..output import read_jsonl
+from ..reports.files import GENERATIONS_FILE
+from ..reports.run_report import RunReport
+from ..scoring.metrics import GenerationMetrics, ProgramCounts
+from ..scoring.tasks import EvalTask, generation_record, plan_tasks
+from ..scoring.teacher_forced import TeacherForcedStats
 from .score import program_verdicts
-from .tasks import EvalTask, generation_record, plan_tasks
-from .teacher_forced import TeacherForcedStats
 
 LOG = logging.getLogger(__name__)
 
@@ -37,7 +39,7 @@ __all__ = ["EvalSettings", "GENERATIONS_FILE", "evaluate", "for_device", "load_f
 @dataclass(frozen=True)
 class EvalSettings:
     """How to evaluate. ``limit``: the first N problems of each set. ``program_of_thought``: run GSM8K, MATH,
-    SVAMP and SimulEq as the paper does, asking for a program and executing it (:mod:`.benchmarks.program`),
+    SVAMP and SimulEq as the paper does, asking for a program and executing it (:mod:`..benchmarks.program`),
     chain-of-thought for the problems it leaves unanswered; off by default, since it executes model-written code.
     ``unsandboxed_programs``: run those programs without the sandbox (only the limits)."""
 
@@ -92,9 +94,9 @@ def evaluate(
 
     Before anything is written or loaded: a missing or unreadable set, an unknown name, a user's SimulEq or SAT
     file that is not the authors' (unless ``allow_modified``), a model that is neither a folder nor in the Hugging
-    Face cache (:class:`~.errors.UnusableInput`, a ValueError; FileNotFoundError) or a missing extra
+    Face cache (:class:`~..errors.UnusableInput`, a ValueError; FileNotFoundError) or a missing extra
     (``pip install del-plugin[eval]``, ImportError) is an error. ``out_dir`` holding the report of the same run
-    resumes it (the complete sets are kept); holding another run's report it is an :class:`~.errors.OutputError`
+    resumes it (the complete sets are kept); holding another run's report it is an :class:`~..errors.OutputError`
     unless ``overwrite`` (the earlier report is then replaced when this run is complete, not before)."""
     from .generation import check_model_source
 
@@ -220,9 +222,9 @@ def _teacher_force(task: EvalTask, lm, prompt_format, settings, report: RunRepor
     sum)``. A tokenizer DEL cannot read digits from skips them (with a warning)."""
     from tqdm.auto import tqdm
 
-    from ..core import DigitVocab
-    from ..core.vocab import DigitVocabError
-    from .teacher_forced import teacher_forced_batches
+    from ...core import DigitVocab
+    from ...core.vocab import DigitVocabError
+    from ..scoring.teacher_forced import teacher_forced_batches
 
     try:
         vocab = DigitVocab.from_tokenizer(lm.tokenizer)

@@ -7,10 +7,10 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from .comparison_tables import comparison_markdown, comparison_warnings, dataset_entries
-from .output import prepare_output_dir, write_json_atomic, write_text_atomic
-from .report_files import FOREST_PLOT, PLOT_FILES, SCHEMA
-from .tables import OVERALL, benchmark_accuracies
+from ..output import prepare_output_dir, write_json_atomic, write_text_atomic
+from ..reports.files import FOREST_PLOT, PLOT_FILES, SCHEMA
+from ..reports.tables import OVERALL, benchmark_accuracies
+from .tables import comparison_markdown, comparison_warnings, dataset_entries
 
 LOG = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def _arm_name(reports: Sequence[dict], fallback: str) -> str:
 
 def _verdict_section(verdict: dict | None, n_reports: int, out_dir: Path) -> tuple[list[str], Path | None]:
     """comparison.md's first lines (the verdict, or why there is none) and the verdict's forest plot."""
-    from .verdict import plot_forest, verdict_markdown
+    from .verdict_report import plot_forest, verdict_markdown
 
     if verdict is not None:
         forest = plot_forest(verdict, out_dir / FOREST_PLOT)
@@ -131,7 +131,7 @@ def _verdict_section(verdict: dict | None, n_reports: int, out_dir: Path) -> tup
 
 def _plots(reports: Sequence[dict], labels: Sequence[str], out_dir: Path) -> dict[str, Path]:
     """The overlaid plots (of the pooled sets, else the first set), by kind; those that have data."""
-    from .plots import plot_benchmark_accuracy, plot_entropy_histograms, plot_place_accuracy
+    from ..reports.plots import plot_benchmark_accuracy, plot_entropy_histograms, plot_place_accuracy
 
     data_sets = dataset_entries(reports, labels, benchmarks=False)
     plot_set = OVERALL if OVERALL in data_sets else next(iter(data_sets), None)

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .benchmarks.latex import last_boxed
+from ..benchmarks.latex import last_boxed
 from .math_verify_guard import too_costly
 
 LOG = logging.getLogger(__name__)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from .benchmarks.sets import BENCHMARK_NAMES
-from .metrics import GenerationMetrics, NumericMetrics
+from ..benchmarks.names import BENCHMARK_NAMES
+from ..scoring.metrics import GenerationMetrics, NumericMetrics
+from ..scoring.teacher_forced import TeacherForcedStats
 from .tables import is_partial
-from .teacher_forced import TeacherForcedStats
 
 __all__ = ["coverage", "coverage_warning", "dataset_entry", "macc", "pooled"]
 

@@ -1,5 +1,5 @@
 """Markdown tables of one run (``report.md``), and the cells and columns they share with the side-by-side tables
-of several (``comparison.md``, :mod:`.comparison_tables`).
+of several (``comparison.md``, :mod:`..compare.tables`).
 
 The paper's benchmarks get their own table, in the paper's column order with mACC last; ``--data`` files keep
 the detailed table (accuracy, MAE, teacher-forced digit metrics) and the per-place tables."""
@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .benchmarks.sets import BENCHMARK_NAMES, BENCHMARKS
-from .stats import accuracy_se
+from ..benchmarks.names import BENCHMARK_NAMES
+from ..benchmarks.sets import BENCHMARKS
+from ..scoring.stats import accuracy_se
 
 __all__ = [
     "BENCHMARK_COLUMNS",

@@ -156,7 +156,7 @@ def plot_forest(verdict: dict, path: Path) -> Path | None:
     detectable difference shaded; None when nothing was compared."""
     if not verdict["sets"]:
         return None
-    from .plots import pyplot, save_figure
+    from ..reports.plots import pyplot, save_figure
 
     plt = pyplot()
     entries = list(verdict["sets"])

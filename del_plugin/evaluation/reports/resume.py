@@ -1,6 +1,6 @@
 """Where a run writes its report: in ``--out`` itself, resuming the report of the same run found there (its
 complete sets kept), or, replacing the report of another run (``--overwrite``), in a staging folder until it is
-complete (:class:`~.report.RunReport`)."""
+complete (:class:`~.run_report.RunReport`), and what of the resumed report a run keeps."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import OutputError
-from .report_files import STAGING_DIR, load_report
+from ..errors import OutputError
+from .files import STAGING_DIR, load_report
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["where_to_write"]
+__all__ = ["keep_scored_sets", "where_to_write"]
 
 
 def _holds_results(report: dict) -> bool:
@@ -83,3 +83,22 @@ def where_to_write(out_dir: Path, resume_key: dict, tasks: Sequence, overwrite: 
     except OSError as err:
         raise OutputError(f"{staging}: cannot be made ({err.strerror or err}); give another --out") from None
     return staging, None
+
+
+def keep_scored_sets(data: dict, previous: dict) -> list[str]:
+    """Put the complete sets of the resumed report ``previous`` into ``data`` (those whose source file is unchanged),
+    and its model once loaded; returns their names."""
+    kept = []
+    done = {d["name"]: d for d in previous["datasets"] if d.get("status") == "complete" and d.get("source")}
+    for i, entry in enumerate(data["datasets"]):
+        old = done.get(entry["name"])
+        if old is None:
+            continue
+        if old["source"].get("sha256") != entry["source"]["sha256"]:
+            LOG.warning("%s: %s changed since it was scored; scored again", entry["name"], entry["path"])
+            continue
+        data["datasets"][i] = old | {"coverage": entry["coverage"]}
+        kept.append(entry["name"])
+    if previous.get("model", {}).get("base"):
+        data["model"] = previous["model"]
+    return kept

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
+from ..errors import UnusableInput, json_value, read_input_bytes
 from .answers import extract_answer
-from .errors import UnusableInput, json_value, read_input_bytes
 
 __all__ = ["DataIssue", "EvalExample", "EvalSet", "read_eval_set", "check_files_exist", "require_problems"]
 
@@ -187,7 +187,7 @@ def read_eval_set(path: str | Path, limit: int | None = None, name: str | None =
 
 
 def require_problems(eval_set: EvalSet) -> None:
-    """An :class:`~.errors.UnusableInput` for a file without a single usable line (every line skipped, or none),
+    """An :class:`~..errors.UnusableInput` for a file without a single usable line (every line skipped, or none),
     naming the file, its first bad line and the keys expected: evaluating it would load a model for nothing."""
     if eval_set.examples:
         return

@@ -1,8 +1,8 @@
 """Numbers in text, and the ``--data`` sets' answer rule (the demo's too).
 
-**Reading** (:func:`extract_answer`) is the paper's GSM8K reader (:func:`~.benchmarks.readers.read_number` with
+**Reading** (:func:`extract_answer`) is the paper's GSM8K reader (:func:`~.readers.read_number` with
 "The answer is" and "####": the markers and :func:`after_last_marker` are here, the readers of every set in
-:mod:`.benchmarks.readers` build on them): the text after the
+:mod:`.readers` build on them): the text after the
 **last** "The answer is" (any case) or "####"; thousands commas removed; the first number there; without a marker,
 the last number in the text; a marker with no number after it is no answer.
 
@@ -19,7 +19,7 @@ exactly: a prediction is correct when, rounded to the nearest integer (halves aw
 reference; or, for a non-integer reference, when it is within 4% of it (relative). It is the comparison of
 MAmmoTH's harness, on which the paper's is built, for references given as a value (TheoremQA); the paper's seven
 sets compare exactly. It is kept for ``--data`` files, the demo's and the efficacy sweeps' held-out sets, whose
-published numbers it made; the math-verify column (:mod:`.math_verify_scoring`) stands beside it.
+published numbers it made; the math-verify column (:mod:`..scoring.math_verify_scoring`) stands beside it.
 """
 
 from __future__ import annotations

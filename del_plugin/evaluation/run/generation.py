@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from .benchmarks.names import MAX_NEW_TOKENS
-from .errors import UnusableInput
+from ..benchmarks.names import MAX_NEW_TOKENS
+from ..errors import UnusableInput
 
 LOG = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def check_model_source(model: str | Path, adapter: str | Path | None = None) -> 
     """Where :func:`load_model` will read ``model`` (+ ``adapter``), checked on disk without loading anything: a
     model folder, an adapter folder (its ``adapter_config.json`` names the base model) or a model in the Hugging
     Face cache. A missing folder, a folder without ``config.json`` or a hub id that is not in the cache is an
-    :class:`~.errors.UnusableInput` naming it and the fix."""
+    :class:`~..errors.UnusableInput` naming it and the fix."""
     model_path = Path(model).expanduser()
     if adapter is None and (model_path / "adapter_config.json").is_file():
         adapter = model_path

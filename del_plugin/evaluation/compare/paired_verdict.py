@@ -4,10 +4,10 @@ rates (tests/evaluation/test_compare_simulation.py, bench/compare_simulation.py)
 
 One run an arm compares two checkpoints: per set, each accuracy with lm-eval's standard error and Wilson's
 interval, the difference with Tango's score interval and McNemar's exact test (made to agree:
-:func:`.stats.paired_difference`), the mean over sets by MOVER. Several runs an arm compare two training recipes:
-the run is the replicate (per-run accuracies, Welch's t; Student's t on the pooled seed variance when one arm has a
-single run: :func:`.stats.seed_difference`), problems the second level (the variance that sampling them adds to
-the difference, as the recipes' gain varies by problem: :func:`.stats.problem_term`).
+:func:`..scoring.stats.paired_difference`), the mean over sets by MOVER. Several runs an arm compare two training
+recipes: the run is the replicate (per-run accuracies, Welch's t; Student's t on the pooled seed variance when one
+arm has a single run: :func:`..scoring.stats.seed_difference`), problems the second level (the variance that
+sampling them adds to the difference, as the recipes' gain varies by problem: :func:`..scoring.stats.problem_term`).
 Either way the sets' p are Holm-adjusted, and a set's interval that excludes 0 beside an adjusted p of 0.05 or
 more is stretched to reach 0; a difference is resolved when its interval excludes 0 and (per set) its adjusted p
 is below 0.05."""
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .stats import (
+from ..scoring.stats import (
     CONFIDENCE,
     POWER,
     accuracy_se,
@@ -112,7 +112,7 @@ def _seed_arm(per_run: np.ndarray, variance: float, df: float) -> dict:
 
 
 def _seed_stats(per_base: np.ndarray, per_cand: np.ndarray, problems: int, problem: float) -> dict:
-    """The difference of per-run accuracies with the problems' term (:func:`.stats.seed_difference`) and each
+    """The difference of per-run accuracies with the problems' term (:func:`..scoring.stats.seed_difference`) and each
     arm's accuracy."""
     d = seed_difference(per_base, per_cand, problems, problem=problem)
     arm_df = [len(per_base) - 1, len(per_cand) - 1]
@@ -147,7 +147,7 @@ def _resolve(entry: dict, adjusted_p: float | None, labels: tuple[str, str]) -> 
 
 
 def _summary_name(sets: Sequence[SetOutcomes]) -> str:
-    from .benchmarks.sets import BENCHMARK_NAMES
+    from ..benchmarks.names import BENCHMARK_NAMES
 
     if len(sets) == 1:
         return sets[0].title

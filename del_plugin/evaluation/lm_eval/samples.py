@@ -26,12 +26,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .benchmarks.sets import BENCHMARKS
-from .errors import UnusableInput, decode_text, is_unicode_text, json_value, read_input_bytes
-from .lm_eval_tasks import METRIC, METRIC_MATH_VERIFY, benchmark_of_task
-from .report import RunReport, require_eval_extra
-from .score import score_outputs
-from .tasks import EvalTask, benchmark_task, refuse_modified_sets
+from ..benchmarks.sets import BENCHMARKS
+from ..errors import UnusableInput, decode_text, is_unicode_text, json_value, read_input_bytes
+from ..eval_extra import require_eval_extra
+from ..reports.run_report import RunReport
+from ..run.score import score_outputs
+from ..scoring.tasks import EvalTask, benchmark_task, refuse_modified_sets
+from .tasks import METRIC, METRIC_MATH_VERIFY, benchmark_of_task
 
 LOG = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ def read_lm_eval_samples(folder: str | Path, benchmark_dir: str | Path | None = 
     """The sets in ``folder``'s lm-eval samples (see the module docs), in the paper's order. Raises
     FileNotFoundError (nothing to read, a set's file missing) or ValueError (a sample that is not one of the set's
     problems)."""
-    from .benchmarks.sets import load_benchmark
+    from ..benchmarks.sets import load_benchmark
 
     found = find_lm_eval_samples(folder)
     by_benchmark: dict[str, list[str]] = {}
@@ -267,7 +268,7 @@ def _prompt_warning(found: LmEvalSet, task: EvalTask) -> str | None:
     prompt_format = (found.config.get("metadata") or {}).get("prompt_format")
     if not found.ours or prompt_format not in ("alpaca", "chat") or not found.prompts:
         return None
-    from .lm_eval_tasks import lm_eval_prompt
+    from .tasks import lm_eval_prompt
 
     prefix = task.response_prefix
     wrong = 0
@@ -295,7 +296,7 @@ def _prompt_warning(found: LmEvalSet, task: EvalTask) -> str | None:
 
 def _refuse_several_models(folder, found: list[LmEvalSet]) -> None:
     """One report is of one model: samples found under ``folder`` from runs of different models (lm-eval writes
-    one folder per model under its --output_path) are an :class:`~.errors.UnusableInput`."""
+    one folder per model under its --output_path) are an :class:`~..errors.UnusableInput`."""
     folders = {s.path.parent for s in found}
     unknown = [s for s in found if not s.run.get("model_args")]
     if len(folders) > 1 and unknown:  # a folder without its results file: its model cannot be told
@@ -328,7 +329,7 @@ def score_lm_eval_samples(
 ) -> dict:
     """Score the lm-eval samples under ``folder`` (see the module docs); write ``out_dir``/report.json,
     report.md and generations.jsonl, as ``del-eval score`` does (the report of another run there is an
-    :class:`~.errors.OutputError` unless ``overwrite``; a SimulEq or SAT file that is not the authors' is refused
+    :class:`~..errors.OutputError` unless ``overwrite``; a SimulEq or SAT file that is not the authors' is refused
     unless ``allow_modified``); return the report."""
     require_eval_extra()
     found = read_lm_eval_samples(folder, benchmark_dir)

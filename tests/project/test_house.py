@@ -17,6 +17,7 @@ Each rule's reader is tested on a small made-up case first, so that a rule canno
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -294,6 +295,22 @@ def test_the_wheel_holds_only_del_plugin_modules(wheel):
     assert [name for name in modules if not name.startswith(PACKAGE + "/")] == []  # no experiments/, tools/, tests/
     shipped = {module_name(REPO / name, REPO) for name in modules}
     assert shipped == set(package_modules(REPO)), "the wheel and del_plugin/ hold different modules"
+
+
+def test_the_wheel_ships_scoring_data_only_and_no_test_extra(wheel):
+    """Under 2 MB: the evaluation sets del-eval scores, not GSM8K's train split (tools/data/gsm8k/, the clone's);
+    the metadata offers users no extra of the suite's tools (requirements-dev.txt holds them)."""
+    assert wheel.stat().st_size < 2_000_000
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(meta).decode()
+    data = sorted(n for n in names if n.startswith(PACKAGE + "/evaluation/data/"))
+    assert PACKAGE + "/evaluation/data/gsm8k/test.jsonl.gz" in data
+    assert not [n for n in names if "train" in Path(n).name and n.endswith((".gz", ".jsonl", ".json"))], data
+    extras = re.findall(r"^Provides-Extra: (.+)$", metadata, re.M)
+    assert "eval" in extras and "test" not in extras, extras
+    assert not re.search(r"^Requires-Dist: (pytest|ruff|hypothesis)\b", metadata, re.M)
 
 
 def test_no_shipped_module_is_an_asset_downloader_or_imports_what_is_not_shipped(wheel):

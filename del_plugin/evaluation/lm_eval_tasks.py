@@ -34,7 +34,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .. import __version__
+from ..version import __version__
 from .benchmarks.sets import (
     BENCHMARK_NAMES,
     BENCHMARKS,

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .. import __version__
+from ..version import __version__
 from .comparison import compare_reports
 from .comparison_tables import comparison_markdown
 from .eval_extra import require_eval_extra

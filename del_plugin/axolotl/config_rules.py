@@ -18,16 +18,14 @@ from ..core.compatibility import (
 )
 from ..core.criteria import CRITERIA
 from ..hf.config_keys import (
-    NUMBER_PARAMS,
     configured_criterion,
     criterion_settings_problem,
     other_criteria_warnings,
-    read_as_strings,
     yaml_string_problems,
 )
 from .logs import LOG
 
-__all__ = ["NUMBER_PARAMS", "PLUGIN_NAME", "configured_criterion", "read_as_strings"]
+__all__ = ["COMPATIBILITY_RULES", "PLUGIN_NAME", "plugin_enabled", "refuse"]
 
 PLUGIN_NAME = "del_plugin.DELPlugin"
 

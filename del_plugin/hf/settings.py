@@ -110,8 +110,8 @@ class DELSettings:
 
 
 _ALPHA_MEANING = {
-    "digit": f"weight of the digit term, in [0, 100] (default {DEFAULT_ALPHA})",
-    "token": "interpolation, in [0, 1], **required**",
+    "digit": f"weight of the digit term, in {ALPHA_BOUNDS['digit'].interval} (default {DEFAULT_ALPHA})",
+    "token": f"interpolation, in {ALPHA_BOUNDS['token'].interval}, **required**",
     "none": "unused (a warning if set)",
 }
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.criteria import CRITERIA
 from ..core.places import PLACE_WEIGHT_BOUNDS
-from .settings import DELSettings
+from .settings import TRAINING_KEYS, DELSettings
 
 __all__ = [
     "NUMBER_KEYS",
@@ -33,14 +33,6 @@ _EXPONENT = re.compile(r"([+-]?)(\d+)(?:\.(\d*))?[eE]([+-]?)(\d+)")
 NUMBER_PARAMS = tuple(param.key for spec in CRITERIA.values() for param in spec.params if not param.is_switch)
 # every key whose value is a number: the weight, the place weights (PLACE_WEIGHT_BOUNDS) and the number parameters
 NUMBER_KEYS = ("del_alpha", *(f"del_{name}" for name in PLACE_WEIGHT_BOUNDS), *NUMBER_PARAMS)
-# the keys DELSettings.from_config reads: what a training run is configured with
-TRAINING_KEYS = (
-    "del_alpha",
-    "del_criterion",
-    "del_place_weighting",
-    *(f"del_{name}" for name in PLACE_WEIGHT_BOUNDS),
-    *(param.key for spec in CRITERIA.values() for param in spec.params),
-)
 
 
 def configured_criterion(data: Any) -> str | None:

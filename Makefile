@@ -19,11 +19,11 @@ PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: setup assets lint test test-fast test-hosts-latest demo bench gpu-check clean
 
-$(VENV)/.installed: setup.cfg requirements.lock
+$(VENV)/.installed: setup.cfg requirements.lock requirements-dev.txt
 	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found (Axolotl 0.21.0 needs >= 3.12); set PYTHON312=/path/to/python3.12"; exit 1; }
 	$(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install --quiet pip==26.3
-	$(PY) -m pip install --quiet -c requirements.lock -e ".[axolotl,eval,test]"
+	$(PY) -m pip install --quiet -c requirements.lock -e ".[axolotl,eval]" -r requirements-dev.txt
 	touch $@
 
 assets: $(VENV)/.installed

@@ -1,7 +1,7 @@
 """Collation benchmark: Axolotl's host collators alone and wrapped by NumberSpanCollator, on GSM8K.
 
-GSM8K train problems (vendored in ``del_plugin/evaluation/data/gsm8k/``, read by
-``del_plugin.evaluation.gsm8k.gsm8k_rows``) are tokenised with a real tokenizer (Llama-2's SentencePiece,
+GSM8K train problems (carried by the clone in ``tools/data/gsm8k/``, read by
+``tools.assets.gsm8k_train_rows``) are tokenised with a real tokenizer (Llama-2's SentencePiece,
 ``llama-spm``) in the Alpaca format Axolotl's ``type: alpaca`` uses, the prompt masked with -100 in the labels.
 Two collators, as Axolotl configures them:
 
@@ -155,9 +155,9 @@ def micro_batch_parts(tokenizer_name: str, rows: int, seq_len: int, batches: int
 
 def gsm8k_full_micro_batches(tokenizer, rows: int, seq_len: int, batches: int) -> list[list[list[dict]]]:
     """Up to ``batches`` full micro-batches of ``rows`` packs of ``seq_len`` tokens each, from GSM8K train problems."""
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
+    from tools.assets import gsm8k_train_rows
 
-    features = tokenize(gsm8k_rows(max(64, rows * seq_len * batches // 100)), tokenizer, seq_len)
+    features = tokenize(gsm8k_train_rows(max(64, rows * seq_len * batches // 100)), tokenizer, seq_len)
     packs = pack(features, seq_len)
     return [packs[i : i + rows] for i in range(0, len(packs) - rows + 1, rows)][:batches]
 
@@ -254,13 +254,12 @@ def compare_collators(args) -> dict:
     from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
 
     from del_plugin.core import DigitVocab
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from del_plugin.hf.collator import NumberSpanCollator
-    from tools.assets import load_tokenizer
+    from tools.assets import gsm8k_train_rows, load_tokenizer
 
     tokenizer = load_tokenizer(args.tokenizer)
     vocab = DigitVocab.from_tokenizer(tokenizer, name=args.tokenizer)
-    features = tokenize(gsm8k_rows(args.samples), tokenizer, args.sequence_len)
+    features = tokenize(gsm8k_train_rows(args.samples), tokenizer, args.sequence_len)
     digit_targets, label_targets = count_targets(features, vocab)
     padded_batches = padded_micro_batches(features, args.micro_batch_size)
     packed_batches = packed_micro_batches(features, args.sequence_len, args.packs_per_batch)

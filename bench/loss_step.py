@@ -114,12 +114,12 @@ def gsm8k_labels(tokenizer, batch: int, length: int) -> torch.Tensor:
     is the data's, whatever the tokenizer."""
     import collation
 
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
+    from tools.assets import gsm8k_train_rows
 
     need = batch * length
     wanted = max(16, need // 100)
     while True:
-        features = collation.tokenize(gsm8k_rows(wanted), tokenizer, length)
+        features = collation.tokenize(gsm8k_train_rows(wanted), tokenizer, length)
         if sum(len(f["labels"]) for f in features) >= need + length or len(features) < wanted:
             break
         wanted *= 2

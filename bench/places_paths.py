@@ -72,9 +72,9 @@ def host_collators(tokenizer, samples: int) -> dict:
     """Axolotl's padded and packed collators, each with its GSM8K batches (those of ``bench/collation.py``)."""
     from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCollatorForSeq2Seq
 
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
+    from tools.assets import gsm8k_train_rows
 
-    features = collation.tokenize(gsm8k_rows(samples), tokenizer, 2048)
+    features = collation.tokenize(gsm8k_train_rows(samples), tokenizer, 2048)
     padded = collation.padded_micro_batches(features, 8)
     packed = collation.packed_micro_batches(features, 2048, 2)
     return {

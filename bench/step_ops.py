@@ -60,10 +60,10 @@ def packed_batch(tokenizer, vocab, rows: int, seq_len: int) -> dict:
     import collation
     from axolotl.utils.collators import V2BatchSamplerDataCollatorForSeq2Seq
 
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from del_plugin.hf.collator import NumberSpanCollator
+    from tools.assets import gsm8k_train_rows
 
-    features = collation.tokenize(gsm8k_rows(max(16, rows * seq_len // 100)), tokenizer, seq_len)
+    features = collation.tokenize(gsm8k_train_rows(max(16, rows * seq_len // 100)), tokenizer, seq_len)
     packs = collation.pack(features, seq_len)[:rows]
     if len(packs) < rows:
         raise ValueError(f"too few GSM8K problems for {rows} packs of {seq_len} tokens")

@@ -24,7 +24,7 @@ os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from del_plugin.evaluation.gsm8k import gsm8k_rows  # noqa: E402
+from tools.assets import gsm8k_train_rows  # noqa: E402
 from tools.cpu import alpaca_lora_config, write_alpaca_jsonl  # noqa: E402
 
 import benchlib  # noqa: E402
@@ -114,7 +114,7 @@ def run(args) -> dict:
 
 def build_trainers(work: Path, model_dir: Path, args) -> dict:
     """The two arms from one config: DEL off, and on (the plugin and ``del_alpha: 0.3`` added)."""
-    dataset = write_alpaca_jsonl(work / "gsm8k_alpaca.jsonl", gsm8k_rows(args.samples))
+    dataset = write_alpaca_jsonl(work / "gsm8k_alpaca.jsonl", gsm8k_train_rows(args.samples))
     cfg = base_config(work, model_dir, dataset, args)
     trainers = {
         "off": build_trainer({**cfg, "output_dir": str(work / "out_off")}),

@@ -6,7 +6,8 @@ lazily, so ``import del_plugin.core`` works without Axolotl installed.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
+
 __all__ = ["DELPlugin", "__version__"]
 
 

@@ -4,8 +4,10 @@
     python examples/trl_sft.py --packing             # padding-free BFD packing (position_ids per sample)
     python examples/trl_sft.py --loss-type dft       # TRL's loss paths: chunked_nll (default), nll, dft
     python examples/trl_sft.py --model PATH          # any Llama / Mistral / Qwen2 causal LM folder
+    python examples/trl_sft.py --train-file train.jsonl --eval-file test.jsonl   # offline: GSM8K's files
 
-The data are GSM8K question/answer pairs as a prompt-completion dataset, so TRL trains on the completions only
+The data are GSM8K question/answer pairs (``openai/gsm8k`` from the hub, or its JSONL files, gzipped or not, given
+with ``--train-file`` / ``--eval-file``) as a prompt-completion dataset, so TRL trains on the completions only
 (``completion_only_loss``) and DEL's digit targets are the digits of the answers. Logged: ``loss`` (= ``ce_loss`` +
 ``del_loss``), ``del_l_num``, ``digit_entropy``, ``digit_accuracy``, ``digit_targets``, and their ``eval_`` twins.
 """
@@ -13,14 +15,16 @@ The data are GSM8K question/answer pairs as a prompt-completion dataset, so TRL 
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
+from itertools import islice
 
 import torch
-from datasets import Dataset
+from datasets import Dataset, load_dataset
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig
 
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.hf import DELSettings
 from del_plugin.hf.settings import DEFAULT_ALPHA
 from del_plugin.hf.trl import DELSFTTrainer
@@ -33,6 +37,15 @@ def clone_tiny_model():
     except ImportError:
         raise SystemExit("--model is required: name a model folder (the tiny default exists only in a clone)") from None
     return tiny_model_dir("llama-spm")
+
+
+def gsm8k_rows(n: int, split: str, path: str | None = None) -> list[dict]:
+    """The first ``n`` GSM8K rows of ``split`` ({"question", "answer"}): from ``path`` (JSONL, ``.gz`` or not, as
+    openai/grade-school-math's files) where given, else ``openai/gsm8k`` from the hub."""
+    if path is None:
+        return [dict(row) for row in load_dataset("openai/gsm8k", "main", split=f"{split}[:{n}]")]
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in islice(handle, n)]
 
 
 def gsm8k_dataset(rows: list[dict], conversational: bool = False) -> Dataset:
@@ -63,6 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--packing", action="store_true", help="padding-free BFD packing")
     parser.add_argument("--chat", action="store_true", help="conversational prompt-completion (chat template)")
     parser.add_argument("--rows", type=int, default=16, help="GSM8K training rows (a quarter as many for eval)")
+    parser.add_argument("--train-file", help="GSM8K's train split as a local JSONL file (default: openai/gsm8k)")
+    parser.add_argument("--eval-file", help="GSM8K's test split as a local JSONL file (default: openai/gsm8k)")
     parser.add_argument("--eval-steps", type=int, default=0, help="evaluate every N steps (0: no evaluation)")
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--grad-accum", type=int, default=1)
@@ -79,8 +94,10 @@ def build_trainer(
     args = parse_args(argv)
     if args.model is None:
         args.model = str(clone_tiny_model())
-    train = rows if rows is not None else gsm8k_rows(args.rows)
-    held_out = eval_rows if eval_rows is not None else gsm8k_rows(max(args.rows // 4, 2), split="test")
+    train = rows if rows is not None else gsm8k_rows(args.rows, "train", args.train_file)
+    held_out = None
+    if args.eval_steps:
+        held_out = eval_rows if eval_rows is not None else gsm8k_rows(max(args.rows // 4, 2), "test", args.eval_file)
     sft_config = dict(
         output_dir=args.output_dir,
         max_steps=args.max_steps,

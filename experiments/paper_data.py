@@ -36,9 +36,9 @@ def training_rows(profile: Profile, tokenizer, data_seed: int) -> list[dict]:
     the first ``train_rows`` of them."""
     import random
 
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
+    from tools.assets import gsm8k_train_rows
 
-    rows = gsm8k_rows(None, "train")
+    rows = gsm8k_train_rows()
     order = list(range(len(rows)))
     random.Random(data_seed).shuffle(order)
     limit = min(profile.max_row_tokens or profile.sequence_len, profile.sequence_len)

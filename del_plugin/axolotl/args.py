@@ -15,15 +15,15 @@ from typing import Any
 
 from pydantic import Field, ValidationError, create_model, field_validator, model_validator
 
+from ..core.bounds import refuse_boolean
 from ..core.compatibility import cce_folds_lora_head, fused_cross_entropy, lora_targets_head, zero_stage
 from ..core.criteria import CRITERIA, criteria_names, criterion_spec
-from ..core.places import PlaceWeighting
+from ..core.places import PLACE_WEIGHT_BOUNDS, PlaceWeighting
 from ..evaluation.benchmarks.names import BENCHMARK_NAMES, MAX_NEW_TOKENS
-from ..hf.config_keys import unknown_keys_problem
-from ..hf.settings import DEFAULT_ALPHA, DELSettings
+from ..hf.config_keys import NUMBER_KEYS, unknown_keys_problem
+from ..hf.settings import ALPHA_BOUNDS, DEFAULT_ALPHA, DELSettings
 from .config_rules import (
     COMPATIBILITY_RULES,
-    NUMBER_PARAMS,
     PLUGIN_NAME,
     check_criterion_settings,
     plugin_enabled,
@@ -101,11 +101,13 @@ class DELArgs(CriterionParamArgs):
 
     del_alpha: float | None = _finite(
         "Weight of the digit term: L = CE + del_alpha * L_num, L_num the mean over all digit targets of an "
-        f"optimizer step (all micro-batches and GPUs), in [0, 100], default {DEFAULT_ALPHA} (choosing it: "
+        f"optimizer step (all micro-batches and GPUs), in {ALPHA_BOUNDS['digit'].interval}, default {DEFAULT_ALPHA} "
+        "(choosing it: "
         "docs/choosing-del-alpha.md); 0 trains with cross-entropy alone and still logs the digit metrics. For a "
         "criterion that replaces cross-entropy ("
         + criteria_names(needs_full_logits=True)
-        + "): the interpolation (1 - del_alpha) * CE + del_alpha * criterion, in [0, 1], required."
+        + "): the interpolation (1 - del_alpha) * CE + del_alpha * criterion, in "
+        + f"{ALPHA_BOUNDS['token'].interval}, required."
     )
     del_criterion: str | None = Field(
         default=None,
@@ -123,12 +125,12 @@ class DELArgs(CriterionParamArgs):
         },
     )
     del_integer_slope: float | None = _finite(
-        f"Slope of the integer-place weight u = slope*(i+1), in (0, 100]; default {PlaceWeighting.integer_slope} "
-        "(the paper's)."
+        "Slope of the integer-place weight u = slope*(i+1), in "
+        f"{PLACE_WEIGHT_BOUNDS['integer_slope'].interval}; default {PlaceWeighting.integer_slope} (the paper's)."
     )
     del_decimal_base: float | None = _finite(
-        f"Base of the decimal-place weight u = base**(i-1), in [1, 10]; default {PlaceWeighting.decimal_base} "
-        "(the paper's)."
+        "Base of the decimal-place weight u = base**(i-1), in "
+        f"{PLACE_WEIGHT_BOUNDS['decimal_base'].interval}; default {PlaceWeighting.decimal_base} (the paper's)."
     )
     del_eval_benchmarks: list[str] | str | None = Field(
         default=None,
@@ -178,12 +180,12 @@ class DELArgs(CriterionParamArgs):
             refuse(f"del_criterion: {err}")
         return value
 
-    @field_validator("del_alpha", "del_integer_slope", "del_decimal_base", *NUMBER_PARAMS, mode="before")
+    @field_validator(*NUMBER_KEYS, mode="before")
     @classmethod
     def refuse_booleans_as_numbers(cls, value: Any, info) -> Any:
-        """YAML's ``true`` would otherwise pass as the number 1."""
-        if isinstance(value, bool):
-            raise ValueError(f"`{info.field_name}` must be a number, not a boolean ({value})")
+        """YAML's ``true`` would otherwise pass as the number 1 (:meth:`~del_plugin.core.bounds.Bound.check`'s
+        refusal, here for a value no rule reads: an unknown criterion's)."""
+        refuse_boolean(info.field_name, value)
         return value
 
     @model_validator(mode="after")

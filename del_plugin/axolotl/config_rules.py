@@ -18,16 +18,14 @@ from ..core.compatibility import (
 )
 from ..core.criteria import CRITERIA
 from ..hf.config_keys import (
-    NUMBER_PARAMS,
     configured_criterion,
     criterion_settings_problem,
     other_criteria_warnings,
-    read_as_strings,
     yaml_string_problems,
 )
 from .logs import LOG
 
-__all__ = ["NUMBER_PARAMS", "PLUGIN_NAME", "configured_criterion", "read_as_strings"]
+__all__ = ["COMPATIBILITY_RULES", "PLUGIN_NAME", "plugin_enabled", "refuse"]
 
 PLUGIN_NAME = "del_plugin.DELPlugin"
 
@@ -82,7 +80,7 @@ def refuse_other_losses_with_full_logit_criteria(data: dict) -> None:
 def refuse_lora_head_with_liger_fused_loss(data: dict) -> None:
     """Liger's fused linear cross-entropy reads ``lm_head.weight`` (the base weight): a LoRA adapter on the head
     would not train. (Axolotl 0.21's Cut Cross Entropy folds such adapters into its loss:
-    :func:`~del_plugin.axolotl.kernels.cce_folds_lora_head`, checked when the model loads.)"""
+    :func:`~del_plugin.core.compatibility.cce_folds_lora_head`, checked when the model loads.)"""
     if kernels_dropping_lora_head(data) and lora_targets_head(data.get("lora_target_modules")):
         refuse(RULES["lora_head_vs_liger_fused"].message())
 

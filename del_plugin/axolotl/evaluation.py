@@ -23,7 +23,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import __version__
+from ..version import __version__
 from .logs import LOG
 
 __all__ = [

@@ -86,7 +86,7 @@ class DELPlugin(BasePlugin):
         try:
             DigitVocab.from_tokenizer(load_tokenizer(cfg), name=cfg.tokenizer_config or cfg.base_model)
         except DigitVocabError as err:
-            raise ValueError(f"del_plugin.DELPlugin: {err}") from err
+            raise ValueError(f"{PLUGIN_NAME}: {err}") from err
 
     def get_trainer_cls(self, cfg):
         if not plugin_enabled(cfg) or cfg.rl or cfg.reward_model or cfg.process_reward_model:

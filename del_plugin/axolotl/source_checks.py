@@ -10,6 +10,7 @@ import functools
 from ..core import DigitVocab
 from ..core.capture import DigitCaptureError, check_architecture
 from ..core.vocab import DigitVocabError
+from .config_rules import PLUGIN_NAME
 from .logs import LOG
 
 
@@ -47,7 +48,7 @@ def check_tokenizer_source(
     try:
         vocab = DigitVocab.from_tokenizer(tokenizer, name=source)
     except DigitVocabError as err:
-        raise ValueError(f"del_plugin.DELPlugin: {err}") from err
+        raise ValueError(f"{PLUGIN_NAME}: {err}") from err
     LOG.info(
         "DEL: tokenizer %s: %s%s",
         source,
@@ -72,12 +73,10 @@ def check_model_source(
     try:
         architecture = check_architecture(config)
     except DigitCaptureError as err:
-        raise ValueError(f"del_plugin.DELPlugin: {source}: {err}") from err
+        raise ValueError(f"{PLUGIN_NAME}: {source}: {err}") from err
     for key, reason in architecture.kernel_refusals if architecture is not None else ():
         if key in kernels:
-            raise ValueError(
-                f"del_plugin.DELPlugin: {source}: `{key}: true` with model_type {config.model_type!r}: {reason}"
-            )
+            raise ValueError(f"{PLUGIN_NAME}: {source}: `{key}: true` with model_type {config.model_type!r}: {reason}")
     if architecture is None:
         LOG.warning(
             "del_plugin: model_type %r of %s has no entry in DEL's architecture table; DEL measures its digit logits "

@@ -11,7 +11,7 @@ The public API, in the order a training step uses it::
 ``labels`` are the raw labels of a batch (as a collator builds them, ``-100`` where masked); ``targets`` are labels
 aligned with the model's positions (shifted by one for causal LMs); ``places`` are aligned like ``targets``.
 Everything else stays importable from its module: ``vocab``, ``places``, ``digits``, ``hidden``, ``capture``,
-``losses``, ``criteria``.
+``criteria``.
 """
 
 from .capture import DigitLogitsCapture

@@ -6,7 +6,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Bound"]
+__all__ = ["Bound", "refuse_boolean"]
+
+
+def refuse_boolean(name: str, value: Any) -> None:
+    """``ValueError`` naming ``name`` for a boolean: YAML's ``true`` is no number, though Python reads it as 1."""
+    if isinstance(value, bool):
+        raise ValueError(f"`{name}` must be a number, not a boolean ({value})")
 
 
 @dataclass(frozen=True)
@@ -25,8 +31,7 @@ class Bound:
     def check(self, name: str, value: Any) -> float:
         """``value`` as a float, or ``ValueError`` naming ``name``, the value, the interval and the reason.
         Booleans are not numbers here, and neither are infinities or NaN."""
-        if isinstance(value, bool):
-            raise ValueError(f"`{name}` must be a number, not a boolean ({value})")
+        refuse_boolean(name, value)
         if not isinstance(value, (int, float)):
             raise ValueError(f"`{name}` must be a number, got {value!r}")
         value = float(value)

@@ -47,8 +47,8 @@ class DigitTargets(NamedTuple):
     """Digit logits and targets, aligned with the targets they were read for.
 
     ``logits`` is ``[..., 10]``, float32 or wider: the logits of the ten tokens of the target's digit family (family 0
-    where the label is not a digit). ``target`` is the digit 0-9 (0 where not a digit); ``mask`` is True at
-    digit targets. Values where ``mask`` is False are finite but meaningless.
+    where the label is not a digit). ``target`` (int64 ``[...]``) is the digit 0-9 (0 where not a digit); ``mask``
+    (bool ``[...]``) is True at digit targets. Values where ``mask`` is False are finite but meaningless.
 
     With number tokens (module docstring) each target has ``M`` slots: ``logits`` ``[..., M, 10]``, ``target`` and
     ``mask`` ``[..., M]``, aligned with the slot places of :func:`~del_plugin.core.places.next_token_places`.
@@ -108,19 +108,22 @@ def _select_family(digit_logits: torch.Tensor, targets: torch.Tensor, code_table
 
 
 def digit_entropy(digit_logits: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of the digit distribution ``softmax(digit_logits)``, per position."""
+    """Entropy (nats) of the digit distribution ``softmax(digit_logits)``, per position: ``[..., 10]`` logits of
+    any float dtype in, float32 ``[...]`` (float64 for float64 logits) out."""
     log_p = torch.log_softmax(digit_logits.float(), dim=-1)
     return -(log_p.exp() * log_p).sum(-1)
 
 
 def digit_correct(targets: DigitTargets) -> torch.Tensor:
-    """Whether the most likely digit is the target, per position (False where not a digit)."""
+    """Whether the most likely digit is the target, per position (False where not a digit): bool ``[...]`` from
+    :class:`DigitTargets` (logits ``[..., 10]``, target int64 and mask bool ``[...]``)."""
     return (targets.logits.argmax(-1) == targets.target) & targets.mask
 
 
 def slot_logits(token_logits: torch.Tensor, digits: int) -> torch.Tensor:
     """The ``[N, digits, 10]`` slot logits of ``[N, 10 ** digits]`` logits of a group's tokens in value order: slot
-    ``j`` is the logsumexp over the tokens whose ``j``-th digit (left to right) is ``v``."""
+    ``j`` is the logsumexp over the tokens whose ``j``-th digit (left to right) is ``v``. The logits' dtype is
+    kept."""
     if digits == 1:
         return token_logits.unsqueeze(1)
     grid = token_logits.unflatten(-1, (10,) * digits)  # axis 1 + j: the j-th digit
@@ -135,7 +138,9 @@ def number_target_positions(targets: torch.Tensor, vocab: DigitVocab) -> list[to
 
     CPU tensors, as a collator has them, are read with NumPy (``NumberSpanCollator`` adds these positions to every
     batch, :func:`next_token_number_positions`, so that the training step never asks the device where its number
-    tokens are). A tensor on another device is read with one ``nonzero`` per group: a host synchronisation each."""
+    tokens are). A tensor on another device is read with one ``nonzero`` per group: a host synchronisation each.
+    ``targets``: integer token ids ``[...]`` (-100 where masked); returns one 1-D int64 tensor ``[N_g]`` per
+    group ``g``."""
     groups = len(vocab.number_groups)
     if targets.device.type == "cpu":
         return _number_positions_numpy(targets.reshape(1, -1).numpy(), vocab, shift=False)
@@ -148,7 +153,9 @@ def next_token_number_positions(
 ) -> list[torch.Tensor]:
     """:func:`number_target_positions` of the targets aligned with causal-LM logits (``labels[:, t + 1]`` at
     ``t``, as :func:`~del_plugin.core.places.next_token_places` aligns places), from a CPU ``[B, T]`` batch of
-    labels, without making the shifted tensor; of ``shift_labels`` when a collator provides them."""
+    labels, without making the shifted tensor; of ``shift_labels`` when a collator provides them. ``labels`` and
+    ``shift_labels``: integer ``[B, T]`` token ids (-100 where masked); returns one 1-D int64 tensor per group of
+    flat positions in ``[B, T]``."""
     if shift_labels is not None:
         return number_target_positions(shift_labels, vocab)
     if labels.device.type != "cpu" or labels.dim() != 2:

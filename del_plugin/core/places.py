@@ -404,7 +404,8 @@ PLACE_WEIGHT_BOUNDS: dict[str, Bound] = {
 
 
 def place_weights(places: torch.Tensor, weighting: PlaceWeighting = PlaceWeighting()) -> torch.Tensor:
-    """float32 place weights for ``places`` from :func:`number_places`; 0 where there is no digit."""
+    """float32 place weights for ``places`` from :func:`number_places`; 0 where there is no digit. ``places``:
+    integer, any shape (``[B, T]``, or ``[B, T, M]`` with number tokens); the result has the same shape."""
     is_digit = places != NOT_A_DIGIT
     if not weighting.enabled:
         return is_digit.to(torch.float32)
@@ -417,7 +418,8 @@ def place_weights(places: torch.Tensor, weighting: PlaceWeighting = PlaceWeighti
 
 def shift_to_next_token(tensor: torch.Tensor, fill: int) -> torch.Tensor:
     """``out[..., t] = tensor[..., t + 1]`` and ``fill`` at the end: aligns per-label values with the logits that
-    predict them, as causal-LM losses do."""
+    predict them, as causal-LM losses do. ``tensor``: ``[..., T]``, any dtype; the result has its shape, dtype and
+    device."""
     out = torch.full_like(tensor, fill)
     out[..., :-1] = tensor[..., 1:]
     return out
@@ -434,6 +436,10 @@ def next_token_places(
     Numbers are read on the unshifted ``labels`` (so packing boundaries in ``position_ids`` line up), then shifted.
     ``shift_labels``, when a collator provides them, are the targets the model's loss really uses; positions they
     mask are masked here too. With number tokens the result has a slot axis, as :func:`number_places`'.
+
+    ``labels`` and ``shift_labels``: integer ``[B, T]`` token ids (-100 where masked); ``position_ids``: integer
+    ``[B, T]``. Returns int32 ``[B, T]`` (``[B, T, M]`` with number tokens of up to ``M`` digits), ``NOT_A_DIGIT``
+    where the target is no digit.
     """
     aligned = _read(labels, vocab, position_ids, shift=True)
     if shift_labels is not None:

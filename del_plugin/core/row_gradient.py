@@ -132,6 +132,7 @@ def dense_row_gradient(
     shape: torch.Size, dtype: torch.dtype, row_ids: torch.Tensor, rows: torch.Tensor
 ) -> torch.Tensor:
     """The ordinary ``shape`` gradient of a weight computed from a parameter (a cast, a view), which has no sink:
-    zero except ``rows`` at ``row_ids``."""
+    zero except ``rows`` at ``row_ids``. ``row_ids``: int64 ``[R]``; ``rows``: ``[R, H]`` of any float dtype (cast
+    to ``dtype``); returns ``shape`` (``[V, H]``) in ``dtype`` on the device of ``rows``."""
     grad = torch.zeros(shape, dtype=dtype, device=rows.device)
     return grad.index_add_(0, row_ids, rows.to(dtype))

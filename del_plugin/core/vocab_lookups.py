@@ -14,7 +14,8 @@ LEADING_POINT = -3
 
 
 def lookup(table: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """``table[labels]`` as int64, and -1 for -100 and every id past the table."""
+    """``table[labels]`` as int64, and -1 for -100 and every id past the table. ``table``: integer ``[V]``;
+    ``labels``: integer, any shape; the result has the shape of ``labels``."""
     size = table.shape[0]
     in_table = (labels >= 0) & (labels < size)
     return torch.where(in_table, table[labels.clamp(0, size - 1)].long(), -1)
@@ -22,7 +23,8 @@ def lookup(table: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def classify_labels(labels: torch.Tensor, code_table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:meth:`DigitVocab.classify <del_plugin.core.vocab.DigitVocab.classify>` with its
-    :meth:`~del_plugin.core.vocab.DigitVocab.code_table_on`."""
+    :meth:`~del_plugin.core.vocab.DigitVocab.code_table_on`. ``labels``: integer token ids ``[...]``; returns the
+    digit (0-9) and the family of each label, int64 ``[...]``, -1 where it is no digit."""
     code = lookup(code_table, labels)
     is_digit = code >= 0
     digit = torch.where(is_digit, code % 10, -1)
@@ -35,7 +37,9 @@ def slot_targets_of(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:meth:`DigitVocab.slot_targets <del_plugin.core.vocab.DigitVocab.slot_targets>` with its
     :meth:`~del_plugin.core.vocab.DigitVocab.number_tables_on` and ``slots`` =
-    :attr:`~del_plugin.core.vocab.DigitVocab.max_digits`."""
+    :attr:`~del_plugin.core.vocab.DigitVocab.max_digits`. ``labels``: integer token ids ``[...]``; ``tables``: the
+    integer ``[V]`` lookups; returns ``group`` (int64 ``[...]``), ``digit`` (int64 ``[..., slots]``) and ``mask``
+    (bool ``[..., slots]``)."""
     row = lookup(tables["row"], labels)
     is_number = row >= 0
     safe = row.clamp(min=0)

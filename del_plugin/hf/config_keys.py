@@ -12,9 +12,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..core.criteria import CRITERIA
-from .settings import DELSettings
+from ..core.places import PLACE_WEIGHT_BOUNDS
+from .settings import TRAINING_KEYS, DELSettings
 
 __all__ = [
+    "NUMBER_KEYS",
     "NUMBER_PARAMS",
     "TRAINING_KEYS",
     "configured_criterion",
@@ -29,15 +31,8 @@ __all__ = [
 _EXPONENT = re.compile(r"([+-]?)(\d+)(?:\.(\d*))?[eE]([+-]?)(\d+)")
 # the criterion parameters that are numbers (the others are switches, true or false)
 NUMBER_PARAMS = tuple(param.key for spec in CRITERIA.values() for param in spec.params if not param.is_switch)
-# the keys DELSettings.from_config reads: what a training run is configured with
-TRAINING_KEYS = (
-    "del_alpha",
-    "del_criterion",
-    "del_place_weighting",
-    "del_integer_slope",
-    "del_decimal_base",
-    *(param.key for spec in CRITERIA.values() for param in spec.params),
-)
+# every key whose value is a number: the weight, the place weights (PLACE_WEIGHT_BOUNDS) and the number parameters
+NUMBER_KEYS = ("del_alpha", *(f"del_{name}" for name in PLACE_WEIGHT_BOUNDS), *NUMBER_PARAMS)
 
 
 def configured_criterion(data: Any) -> str | None:
@@ -48,9 +43,10 @@ def configured_criterion(data: Any) -> str | None:
 
 def read_as_strings(data: Any) -> dict[str, str]:
     """The number keys whose value YAML read as a string in exponent form (``del_alpha: 3e-2``)."""
-    keys = ("del_alpha", "del_integer_slope", "del_decimal_base", *NUMBER_PARAMS)
     return {
-        key: value for key in keys if isinstance(value := data.get(key), str) and _EXPONENT.fullmatch(value.strip())
+        key: value
+        for key in NUMBER_KEYS
+        if isinstance(value := data.get(key), str) and _EXPONENT.fullmatch(value.strip())
     }
 
 

@@ -11,7 +11,7 @@ from ..core.bounds import Bound
 from ..core.criteria import CRITERIA, CriterionSpec, criterion_spec
 from ..core.places import PLACE_WEIGHT_BOUNDS, PlaceWeighting
 
-__all__ = ["ALPHA_BOUNDS", "DEFAULT_ALPHA", "DELSettings", "criteria_table"]
+__all__ = ["ALPHA_BOUNDS", "DEFAULT_ALPHA", "TRAINING_KEYS", "DELSettings", "criteria_table"]
 
 # A digit criterion's weight when none is given: the smallest weight of the efficacy sweep, where DEL cost least
 # (docs/efficacy.md; every larger weight cost more accuracy there). The advice's home: docs/choosing-del-alpha.md.
@@ -26,6 +26,15 @@ ALPHA_BOUNDS: dict[str, Bound] = {
     "token": Bound(0.0, 1.0, "it interpolates (1 - del_alpha) * CE + del_alpha * criterion"),
     "none": Bound(0.0, 100.0, "mle trains with cross-entropy alone; del_alpha is not used"),
 }
+
+# the keys DELSettings.from_config reads: what a training run is configured with
+TRAINING_KEYS = (
+    "del_alpha",
+    "del_criterion",
+    "del_place_weighting",
+    *(f"del_{name}" for name in PLACE_WEIGHT_BOUNDS),
+    *(param.key for spec in CRITERIA.values() for param in spec.params),
+)
 
 
 @dataclass(frozen=True)
@@ -76,13 +85,52 @@ class DELSettings:
             parts.append(f"{param.key} {str(value).lower() if isinstance(value, bool) else f'{value:g}'}")
         return "".join(f", {part}" for part in parts)
 
+    def config_values(self) -> tuple:
+        """The :data:`TRAINING_KEYS` and their values as a config validated with these settings holds them (every
+        unset key at its default): the key under which :meth:`from_config` finds these settings again."""
+        params = {
+            p.key: self.params[p.name] if spec is self.spec else p.default
+            for spec in CRITERIA.values()
+            for p in spec.params
+        }
+        weights = {f"del_{name}": getattr(self.weighting, name) for name in PLACE_WEIGHT_BOUNDS}
+        known = {
+            "del_alpha": self.alpha,
+            "del_criterion": self.criterion,
+            "del_place_weighting": self.weighting.enabled,
+            **weights,
+            **params,
+        }
+        return _typed(known)
+
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> DELSettings:
         """Read ``del_alpha``, ``del_criterion``, ``del_place_weighting``, ``del_integer_slope``,
-        ``del_decimal_base`` and the criterion's ``del_<param>`` keys; a missing or None key takes its default."""
+        ``del_decimal_base`` and the criterion's ``del_<param>`` keys; a missing or None key takes its default.
 
+        Built once and carried: a host validates the raw config (Axolotl's validator, del-check) and later hands
+        its trainer the validated one, whose unset keys hold their defaults; both find the settings the first
+        reading built (:data:`_BUILT`, under the values read and under :meth:`config_values`)."""
+
+        def read(key: str) -> Any:
+            return cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
+
+        values = _typed({key: read(key) for key in TRAINING_KEYS})
+        try:
+            carried = _BUILT.get(values)
+        except TypeError:  # a value that is no scalar (a list): refused by the reading below, never kept
+            return cls._read(read)
+        if carried is None:
+            carried = cls._read(read)
+            if len(_BUILT) >= 64:  # a process reads a handful of configs; never grow without bound
+                _BUILT.clear()
+            _BUILT[values] = _BUILT[carried.config_values()] = carried
+        return carried
+
+    @classmethod
+    def _read(cls, read) -> DELSettings:
         def get(key: str, default: Any) -> Any:
-            value = cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
+            value = read(key)
             return default if value is None else value
 
         criterion = get("del_criterion", cls.criterion)
@@ -109,9 +157,19 @@ class DELSettings:
         return cls(criterion=criterion, alpha=get("del_alpha", None), weighting=weighting, params=params)
 
 
+# the settings read so far: the values of TRAINING_KEYS a config held -> its settings (frozen, so shared)
+_BUILT: dict[tuple, DELSettings] = {}
+
+
+def _typed(values: Mapping[str, Any]) -> tuple:
+    """The values of :data:`TRAINING_KEYS` as a key of :data:`_BUILT`, each with its type: ``true`` equals 1 in
+    Python, but ``del_alpha: true`` is refused where ``del_alpha: 1`` is not."""
+    return tuple((key, type(values[key]).__name__, values[key]) for key in TRAINING_KEYS)
+
+
 _ALPHA_MEANING = {
-    "digit": f"weight of the digit term, in [0, 100] (default {DEFAULT_ALPHA})",
-    "token": "interpolation, in [0, 1], **required**",
+    "digit": f"weight of the digit term, in {ALPHA_BOUNDS['digit'].interval} (default {DEFAULT_ALPHA})",
+    "token": f"interpolation, in {ALPHA_BOUNDS['token'].interval}, **required**",
     "none": "unused (a warning if set)",
 }
 

@@ -261,18 +261,22 @@ class DELTrainerMixin:
             loss, outputs = self._host_compute_loss(model, inputs, return_outputs, num_items_in_batch)
         ce_logged, token_terms = self._token_criterion_parts(loss, num_items_in_batch)
         digits = self.del_capture.digit_targets(targets, positions)
-        sums = digit_criterion_sums(
-            settings.criterion, digits, places.to(digits.logits.device), weighting=settings.weighting, **settings.params
-        )
-        l_sum = sums.loss
         alpha, metrics = settings.digit_alpha, self.del_metrics
+        sums = digit_criterion_sums(
+            settings.criterion,
+            digits,
+            places.to(digits.logits.device),
+            weighting=settings.weighting,
+            alpha=alpha,
+            **settings.params,
+        )
         split = "train" if model.training else "eval"
         if split == "train" and metrics.step_digits is not None:
             scales = self._step_scales(num_items_in_batch)
-            del_term = alpha * l_sum * scales.digit_term / metrics.step_digits.clamp(min=1)
+            del_term = sums.term * scales.digit_term / metrics.step_digits.clamp(min=1)
             scale = scales.logged
         else:  # evaluation, or a loop that does not gather the step's batches first: the batch's own mean
-            del_term = alpha * l_sum / sums.units.clamp(min=1)
+            del_term = sums.term / sums.units.clamp(min=1)
             scale = 1.0
         if split == "train":
             metrics.add_train(ce_logged, del_term, scale, self.args.logging_nan_inf_filter)

@@ -284,3 +284,29 @@ def test_ntl_float_level_is_a_switch_of_ntl_number_only(base):
     assert "`del_ntl_float_level` must be true or false, got 'yes'" in refused(
         base(del_criterion="ntl_number", del_ntl_float_level="yes")
     )
+
+
+@pytest.mark.parametrize("criterion, alpha", [("del", None), ("ntl_number", 0.0371), ("mixce", 0.25)])
+def test_the_settings_validation_builds_are_the_ones_the_trainer_is_given(base, monkeypatch, criterion, alpha):
+    """Built once and carried: Axolotl's validator reads DEL's keys from the raw config, and DELTrainer's
+    post_set_axolotl_cfg reads them again from the validated one (unset keys filled with their defaults); the second
+    reading returns the settings the first built. Only DELSettings' reader is wrapped, to count its builds."""
+    from del_plugin.hf import settings as settings_module
+    from del_plugin.hf.settings import DELSettings
+
+    monkeypatch.setattr(settings_module, "_BUILT", {})  # nothing carried from another test
+    builds = []
+    read = DELSettings._read.__func__
+    monkeypatch.setattr(DELSettings, "_read", classmethod(lambda cls, r: builds.append(read(cls, r)) or builds[-1]))
+    cfg = base(del_criterion=criterion, del_mixce_eta=0.4 if criterion == "mixce" else None)
+    if alpha is None:
+        del cfg["del_alpha"]
+    else:
+        cfg["del_alpha"] = alpha
+    validated = load_config(cfg)
+    assert len(builds) == 1  # the validator's
+    settings = DELSettings.from_config(validated)  # what post_set_axolotl_cfg reads
+    assert settings is builds[0] and len(builds) == 1
+    assert (settings.criterion, settings.alpha) == (criterion, 0.03 if alpha is None else alpha)
+    if criterion == "mixce":
+        assert dict(settings.params) == {"mixce_eta": 0.4}

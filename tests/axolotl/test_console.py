@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from tools.assets import tiny_model_dir
 from tools.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config
+from gsm8k_rows import gsm8k_rows
 from repo import REPO
 
 PLUGIN_LOGGER = "[axolotl.integrations.del_plugin]"

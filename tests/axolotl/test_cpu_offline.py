@@ -22,10 +22,10 @@ import yaml
 
 from del_plugin.axolotl import sweep
 from del_plugin.axolotl.check import main as del_check
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from tools.assets import CPU_EXAMPLE_ASSETS, cpu_example_assets, gsm8k_train_file, smollm2_dir
 from tools.venv_defaults import DEFAULTS, PTH_NAME, install_defaults
 
+from gsm8k_rows import gsm8k_rows
 from repo import REPO
 
 EXAMPLE = REPO / "examples" / "smollm2-135m-cpu.yml"

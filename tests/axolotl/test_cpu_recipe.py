@@ -19,7 +19,6 @@ import yaml
 from del_plugin.axolotl.args import PLUGIN_NAME
 from del_plugin.axolotl.check import main
 from del_plugin.axolotl.cpu import CPU_RECIPE
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.hf.settings import DEFAULT_ALPHA
 from del_plugin.hf.trainer import HostForwardError, _host_forward_error
 from tools.assets import tiny_model_dir
@@ -27,6 +26,7 @@ from tools.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config, run_axolotl
 from example_families import write
+from gsm8k_rows import gsm8k_rows
 from repo import REPO
 
 EXAMPLE = REPO / "examples" / "smollm2-135m-cpu.yml"

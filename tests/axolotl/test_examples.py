@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.hf.settings import DEFAULT_ALPHA
 from tools.assets import axolotl_deepspeed_configs
 from tools.cpu import CPU_KEYS, write_alpaca_jsonl
@@ -30,6 +29,7 @@ from tools.cpu import CPU_KEYS, write_alpaca_jsonl
 from axolotl_helpers import StepLabels, run_axolotl
 from example_families import EXAMPLES, FAMILIES, OTHER_FAMILIES, AuthorsRun, DefaultAlphaFamily, Family
 from fused_kernels import CALLS, cce_style_forward, restored_forwards
+from gsm8k_rows import gsm8k_rows
 from repo import REPO
 from trainer_checks import LOGGED_KEYS, assert_parts_logged, train_logs
 

@@ -429,8 +429,9 @@ def arch_model_dir(tmp_path, model_type: str):
 
 @pytest.fixture(scope="module")
 def arch_data(tmp_path_factory):
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from tools.cpu import write_alpaca_jsonl
+
+    from gsm8k_rows import gsm8k_rows
 
     return write_alpaca_jsonl(tmp_path_factory.mktemp("arch-data") / "d.jsonl", gsm8k_rows(8))
 

@@ -800,8 +800,9 @@ def tiny_llama():
 
 @pytest.fixture(scope="module")
 def small_dataset(tmp_path_factory):
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from tools.cpu import write_alpaca_jsonl
+
+    from gsm8k_rows import gsm8k_rows
 
     return write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "gsm8k.jsonl", gsm8k_rows(8))
 

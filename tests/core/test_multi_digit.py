@@ -41,10 +41,10 @@ from del_plugin.core import (
 from del_plugin.core.criteria import CRITERIA, DIGIT_CRITERIA, digit_criterion_loss, dist2_place_weights
 from del_plugin.core.places import NOT_A_DIGIT, _slot_places_torch
 from del_plugin.core.vocab import MultiDigitTokenizerError
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from tools.assets import load_tokenizer
 
 from fake_vocab import DIGITS, MULTI_TOKENS, MULTI_V, SPACE_MARKED, encode_tokens, multi_digit_vocab
+from gsm8k_rows import gsm8k_rows
 from number_token_oracle import (
     is_leading_point,
     is_number_token,

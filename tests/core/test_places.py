@@ -287,8 +287,9 @@ def test_kind_table_agrees_with_classify_and_decimal_points(vocab):
 # the real tokenizer on GSM8K answers: padded like DataCollatorForSeq2Seq and packed like the multipack collator
 @pytest.fixture(scope="module")
 def llama_answers():
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from tools.assets import load_tokenizer
+
+    from gsm8k_rows import gsm8k_rows
 
     tokenizer = load_tokenizer("llama-spm")
     vocab = DigitVocab.from_tokenizer(tokenizer, name="llama-spm")

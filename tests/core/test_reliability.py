@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from tools.assets import tiny_model_dir
 from tools.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config, load_config, refused, run_axolotl
+from gsm8k_rows import gsm8k_rows
 from trainer_checks import LOGGED_KEYS, train_logs
 
 

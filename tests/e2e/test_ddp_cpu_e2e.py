@@ -28,12 +28,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from tools.assets import tiny_model_dir
 from tools.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config
 from ddp_cpu import start
+from gsm8k_rows import gsm8k_rows
 from paper_sets import write_benchmark_dir
 from parallel_checks import (
     ALPHA,

@@ -39,12 +39,12 @@ import pytest
 import torch
 import yaml
 
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from tools.assets import tiny_model_dir
 from tools.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config
 from ddp_cpu import start
+from gsm8k_rows import gsm8k_rows
 from parallel_checks import (
     ATOL,
     BF16_REL,

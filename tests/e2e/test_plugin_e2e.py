@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from del_plugin.axolotl.trainer import DELTrainer
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.hf.collator import NumberSpanCollator
 from tools.assets import tiny_model_dir
 from tools.cpu import write_alpaca_jsonl
 
 from axolotl_helpers import cpu_config, load_config, run_axolotl
+from gsm8k_rows import gsm8k_rows
 from trainer_checks import GradientCapture, assert_parts_logged, eval_logs, train_logs
 
 pytestmark = pytest.mark.e2e

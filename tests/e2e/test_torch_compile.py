@@ -10,9 +10,10 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def axolotl_data(tmp_path_factory):
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from tools.assets import tiny_model_dir
     from tools.cpu import write_alpaca_jsonl
+
+    from gsm8k_rows import gsm8k_rows
 
     return tiny_model_dir("llama-spm"), write_alpaca_jsonl(tmp_path_factory.mktemp("data") / "d.jsonl", gsm8k_rows(16))
 

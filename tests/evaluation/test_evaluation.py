@@ -23,12 +23,12 @@ from del_plugin.evaluation.benchmarks.answers import (
 from del_plugin.evaluation.benchmarks.own_sets import read_eval_set
 from del_plugin.evaluation.benchmarks.readers import read_number
 from del_plugin.evaluation.errors import OutputError
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.evaluation.reports.files import load_report
 from del_plugin.evaluation.scoring.metrics import digits_by_place, log_transform, numeric_metrics
 from del_plugin.evaluation.scoring.teacher_forced import ENTROPY_EDGES, TeacherForcedStats, teacher_forced_batches
 
 from fake_vocab import TOKEN_ID, VOCAB, V, encode
+from gsm8k_rows import gsm8k_rows
 from repo import REPO
 
 D = Decimal
@@ -972,12 +972,12 @@ def test_auto_reads_an_axolotl_format_of_its_own_and_prompts_as_axolotl_trained(
 def test_prompt_format_from_a_real_axolotl_output_dir(tmp_path):
     """A real Axolotl LoRA run (tiny model, 2 steps, type: alpaca); its tokenizer then gets a chat template, so that
     only the saved config can make auto pick alpaca."""
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from del_plugin.evaluation.run.runner import EvalSettings, evaluate
     from tools.assets import tiny_model_dir
     from tools.cpu import alpaca_lora_config, write_alpaca_jsonl
 
     from axolotl_helpers import run_axolotl  # sets AXOLOTL_DO_NOT_TRACK and the offline switches
+    from gsm8k_rows import gsm8k_rows
 
     data = write_alpaca_jsonl(tmp_path / "train.jsonl", gsm8k_rows(8))
     config = alpaca_lora_config(

@@ -21,6 +21,7 @@ from del_plugin.evaluation.scoring.math_verify_guard import (
 )
 
 from repo import REPO
+from tools.assets import GSM8K_TRAIN_DIR
 
 DATA = REPO / "del_plugin" / "evaluation" / "data"
 
@@ -146,13 +147,14 @@ def test_what_the_guard_lets_through(text):
 
 
 def _shipped_texts() -> dict[str, list[str]]:
-    """Every answer and solution shipped in del_plugin/evaluation/data, by set."""
+    """Every answer and solution shipped in del_plugin/evaluation/data, by set, and GSM8K's train split (the clone's
+    tools/data/gsm8k/)."""
     texts: dict[str, list[str]] = {}
     with gzip.open(DATA / "math" / "test.jsonl.gz", "rt") as handle:
         rows = [json.loads(line) for line in handle]
     texts["MATH"] = [row["solution"] for row in rows]  # each ends in its \\boxed answer
-    for split in ("test", "train"):
-        with gzip.open(DATA / "gsm8k" / f"{split}.jsonl.gz", "rt") as handle:
+    for split, folder in (("test", DATA / "gsm8k"), ("train", GSM8K_TRAIN_DIR)):
+        with gzip.open(folder / f"{split}.jsonl.gz", "rt") as handle:
             texts[f"GSM8K {split}"] = [json.loads(line)["answer"] for line in handle]
     with gzip.open(DATA / "svamp" / "SVAMP.json.gz", "rt") as handle:
         texts["SVAMP"] = [f"{row['Equation']} = {row['Answer']}" for row in json.load(handle)]

@@ -10,9 +10,10 @@ from axolotl.utils.collators import DataCollatorForSeq2Seq, V2BatchSamplerDataCo
 
 from del_plugin.core import DigitVocab, number_places, shift_to_next_token
 from del_plugin.core.places import NOT_A_DIGIT
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.hf.collator import TARGET_PLACES_KEY, NumberSpanCollator
 from tools.assets import load_tokenizer
+
+from gsm8k_rows import gsm8k_rows
 
 
 @pytest.fixture(scope="module")

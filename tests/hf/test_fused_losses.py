@@ -145,9 +145,10 @@ def test_restored_forwards_undoes_the_patches():
 # ------------------------------------------------------------------------------ in-process Axolotl runs
 @pytest.fixture(scope="module")
 def axolotl_data(tmp_path_factory):
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from tools.assets import tiny_model_dir
     from tools.cpu import write_alpaca_jsonl
+
+    from gsm8k_rows import gsm8k_rows
 
     # the 16 shortest of the first 200 problems (about half the average's tokens): the interpreter runs Liger's
     # kernels one token at a time

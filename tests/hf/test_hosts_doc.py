@@ -13,10 +13,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from del_plugin.core import digit_entropy_loss, shift_to_next_token
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.hf.collator import TARGET_PLACES_KEY
 from tools.assets import tiny_model_dir
 
+from gsm8k_rows import gsm8k_rows
 from repo import REPO
 
 DOC = REPO / "docs" / "hosts.md"

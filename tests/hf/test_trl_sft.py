@@ -19,12 +19,12 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 from del_plugin.core import DigitVocab, next_token_places
 from del_plugin.core.places import NOT_A_DIGIT
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.hf import DELSettings
 from del_plugin.hf.collator import TARGET_PLACES_KEY, NumberSpanCollator
 from del_plugin.hf.trl import DELSFTTrainer, check_sft_loss
 from tools.assets import load_tokenizer
 
+from gsm8k_rows import GSM8K_FILES, gsm8k_rows
 from trainer_checks import GradientCapture, check_run, load_example, train_logs
 
 example = load_example("trl_sft")
@@ -91,7 +91,7 @@ def test_token_criterion_refused_with_sft_losses_it_cannot_replace(config, match
 def test_token_criterion_with_dft_refused_by_the_trainer(tmp_path):
     with pytest.raises(ValueError, match="loss_type='dft'"):
         example.build_trainer(
-            ["--output-dir", str(tmp_path), "--criterion", "mixce", "--loss-type", "dft", "--rows", "2"]
+            [*GSM8K_FILES, "--output-dir", str(tmp_path), "--criterion", "mixce", "--loss-type", "dft", "--rows", "2"]
         )
 
 
@@ -100,7 +100,9 @@ def test_token_criterion_with_dft_refused_by_the_trainer(tmp_path):
 def test_padded_completion_only_chunked_nll_with_eval(tmp_path):
     """The example's default, loss_type="chunked_nll": TRL 1.14.1 keeps it (its patched forward returns no logits);
     TRL 1.16.0 reads it as "nll". DEL's parts are logged either way."""
-    trainer = example.main(["--output-dir", str(tmp_path), "--max-steps", "2", "--eval-steps", "2", "--rows", "8"])
+    trainer = example.main(
+        [*GSM8K_FILES, "--output-dir", str(tmp_path), "--max-steps", "2", "--eval-steps", "2", "--rows", "8"]
+    )
     collator = trainer.data_collator
     assert isinstance(collator, NumberSpanCollator) and isinstance(collator.collator, DataCollatorForLanguageModeling)
     assert not collator.collator.padding_free
@@ -118,6 +120,7 @@ def test_padded_completion_only_chunked_nll_with_eval(tmp_path):
 def test_packed_padding_free_nll_with_eval(tmp_path):
     trainer = example.main(
         [
+            *GSM8K_FILES,
             "--output-dir",
             str(tmp_path),
             "--max-steps",
@@ -150,6 +153,7 @@ def test_token_criterion_with_nll(tmp_path, monkeypatch):
     monkeypatch.setattr(SFTTrainer, "compute_loss", not_trls)
     trainer = example.main(
         [
+            *GSM8K_FILES,
             "--output-dir",
             str(tmp_path),
             "--max-steps",
@@ -178,7 +182,19 @@ def test_liger_fused_loss_with_eval(tmp_path):
     pytest.importorskip("liger_kernel")
     from fused_kernels import CALLS, liger_on_cpu, restored_forwards
 
-    argv = ["--output-dir", str(tmp_path), "--max-steps", "2", "--eval-steps", "2", "--rows", "4", "--loss-type", "nll"]
+    argv = [
+        *GSM8K_FILES,
+        "--output-dir",
+        str(tmp_path),
+        "--max-steps",
+        "2",
+        "--eval-steps",
+        "2",
+        "--rows",
+        "4",
+        "--loss-type",
+        "nll",
+    ]
     # only the fused loss: the other kernels are tested in test_liger_real.py
     kernels = dict(fused_linear_cross_entropy=True, cross_entropy=False, rope=False, rms_norm=False, swiglu=False)
     if TRL_1_16:
@@ -205,6 +221,7 @@ def test_liger_fused_loss_with_eval(tmp_path):
 def first_step_gradients(tmp_path, rows, batch_size: int, grad_accum: int, argv=(), **config) -> dict:
     trainer = example.build_trainer(
         [
+            *GSM8K_FILES,
             "--output-dir",
             str(tmp_path),
             "--max-steps",
@@ -274,7 +291,15 @@ def test_llama3_number_tokens_packed_padding_free(tmp_path):
     sample is a slot of its own, read per sample, and the run logs DEL's parts."""
     from tools.assets import tiny_model_dir
 
-    argv = ["--model", str(tiny_model_dir("llama-bpe")), "--output-dir", str(tmp_path), "--max-steps", "2"]
+    argv = [
+        "--model",
+        str(tiny_model_dir("llama-bpe")),
+        *GSM8K_FILES,
+        "--output-dir",
+        str(tmp_path),
+        "--max-steps",
+        "2",
+    ]
     trainer = example.main([*argv, "--eval-steps", "2", "--rows", "8", "--packing", "--loss-type", "nll"])
     check_run(trainer, steps=2, evaluations=1)
     vocab = trainer.del_vocab

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from del_plugin.evaluation.gsm8k import gsm8k_rows
 from del_plugin.hf.collator import NumberSpanCollator
 from tools.assets import smollm2_dir
 
+from gsm8k_rows import GSM8K_FILES, gsm8k_rows
 from trainer_checks import check_run, load_example
 
 pytestmark = pytest.mark.e2e
@@ -35,6 +35,7 @@ def test_smollm2(tmp_path, argv, evaluations):
         [
             "--model",
             str(smollm2_dir()),
+            *GSM8K_FILES,
             "--output-dir",
             str(tmp_path),
             "--max-steps",

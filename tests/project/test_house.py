@@ -13,6 +13,9 @@
   validator and validates the ``del_eval_*`` keys in a fresh process);
 * the tests' helpers live in one place: no test file imports another test file (what they share is in
   ``tests/helpers/`` or ``tests/conftest.py``).
+* words that name code name what exists: a docstring (in ``del_plugin``, ``experiments``, ``tools``, ``bench``,
+  ``tests``) that names ``del_plugin.<module>`` or ``del_plugin.<module>.<attribute>`` names a module, or a name
+  that module (or its class) defines.
 
 Each rule's reader is tested on a small made-up case first, so that a rule cannot pass by reading nothing.
 """
@@ -20,6 +23,7 @@ Each rule's reader is tested on a small made-up case first, so that a rule canno
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -348,6 +352,22 @@ def test_the_wheel_holds_only_del_plugin_modules(wheel):
     assert shipped == set(package_modules(REPO)), "the wheel and del_plugin/ hold different modules"
 
 
+def test_the_wheel_ships_scoring_data_only_and_no_test_extra(wheel):
+    """Under 2 MB: the evaluation sets del-eval scores, not GSM8K's train split (tools/data/gsm8k/, the clone's);
+    the metadata offers users no extra of the suite's tools (requirements-dev.txt holds them)."""
+    assert wheel.stat().st_size < 2_000_000
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(meta).decode()
+    data = sorted(n for n in names if n.startswith(PACKAGE + "/evaluation/data/"))
+    assert PACKAGE + "/evaluation/data/gsm8k/test.jsonl.gz" in data
+    assert not [n for n in names if "train" in Path(n).name and n.endswith((".gz", ".jsonl", ".json"))], data
+    extras = re.findall(r"^Provides-Extra: (.+)$", metadata, re.M)
+    assert "eval" in extras and "test" not in extras, extras
+    assert not re.search(r"^Requires-Dist: (pytest|ruff|hypothesis)\b", metadata, re.M)
+
+
 def test_no_shipped_module_is_an_asset_downloader_or_imports_what_is_not_shipped(wheel):
     """The test-asset downloader (tools/assets.py: tiny models, tokenizers, GGUF headers, sdists) stays in the
     clone: no shipped module defines its functions, and none imports a module the wheel does not hold (which would
@@ -435,3 +455,113 @@ def test_no_test_file_imports_another_test_file():
             found += [f"{path.relative_to(REPO)} imports {n}" for n in names if n.split(".")[0] in modules]
     assert len(modules) > 40  # the reader sees the test files
     assert not found, "\n".join(found)
+
+
+# ---------------------------------------------------------------------------------------------- docstrings' names
+DOCSTRING_FOLDERS = ("del_plugin", "experiments", "tools", "bench", "tests")
+# a dotted name that starts at del_plugin (not a logger's ``axolotl.integrations.del_plugin``)
+_NAMED = re.compile(r"(?<![\w.])del_plugin(?:\.[A-Za-z_]\w*)+")
+
+
+def docstrings(tree: ast.AST) -> list[str]:
+    """The docstrings of a module and of each of its classes and functions."""
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return [text for node in ast.walk(tree) if isinstance(node, kinds) if (text := ast.get_docstring(node))]
+
+
+def defined_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """What a module's or a class's body defines at its top: functions, classes, assignments, imports, and the
+    names of a literal ``__all__`` or ``_HOMES`` (a package's lazy ``__getattr__`` hands those out)."""
+    names: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        names[name.id] = node
+                        if name.id in ("__all__", "_HOMES") and node.value is not None:
+                            for item in ast.walk(node.value):
+                                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                                    names.setdefault(item.value, node)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names[alias.asname or alias.name.split(".")[0]] = node
+        elif isinstance(node, (ast.If, ast.Try)):
+            names.update(defined_names(node.body))
+    return names
+
+
+def missing_name(dotted: str, root: Path) -> str | None:
+    """``dotted`` (``del_plugin.core.places.PlaceWeighting``) if no module, or no attribute of its longest module
+    prefix, has that name, else None. Read from the source: the longest prefix that is a module or package of
+    ``root``, then each further part a name its body (or its class's body) defines; a part after something that is
+    not a class of that module (an imported object, a constant) is taken as it is."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = root.joinpath(*parts[:cut])
+        path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if path.is_file():
+            break
+    else:
+        return dotted
+    if cut < len(parts) and (root.joinpath(*parts[:cut]) / parts[cut]).with_suffix(".py").exists():
+        return None  # a module of the package
+    names = module_names(path)
+    for part in parts[cut:]:
+        if names is None:
+            return None
+        node = names.get(part)
+        if node is None:
+            return dotted
+        names = defined_names(node.body) if isinstance(node, ast.ClassDef) else None
+    return None
+
+
+def module_names(path: Path) -> dict[str, ast.AST]:
+    """:func:`defined_names` of a module, with those its ``from .sibling import *`` lines bring."""
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    names = defined_names(body)
+    for node in body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and [a.name for a in node.names] == ["*"]:
+            names.update(module_names(path.parent / f"{node.module.replace('.', '/')}.py"))
+    return names
+
+
+def stale_names(path: Path, root: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    named = {m.group(0) for text in docstrings(tree) for m in _NAMED.finditer(text)}
+    return sorted(f"{path.relative_to(root)}: {name}" for name in named if missing_name(name, root))
+
+
+def test_the_docstring_reader_finds_names_that_do_not_exist(tmp_path):
+    write_package(
+        tmp_path,
+        {
+            "del_plugin/core/__init__.py": '"""See :mod:`del_plugin.core.places` and ``del_plugin.core.losses``."""\n',
+            "del_plugin/core/places.py": (
+                '"""``del_plugin.core.places.PlaceWeighting.check``, ``del_plugin.core.places.gone``."""\n'
+                "class PlaceWeighting:\n    def check(self):\n        pass\n"
+            ),
+            "del_plugin/hf/__init__.py": (
+                "def f():\n"
+                '    """``del_plugin.hf.f`` and ``del_plugin.hf.kernels.fold``; a logger '
+                'axolotl.integrations.del_plugin."""\n'
+            ),
+        },
+    )
+    found = [hit for path in sorted((tmp_path / PACKAGE).rglob("*.py")) for hit in stale_names(path, tmp_path)]
+    assert found == [
+        "del_plugin/core/__init__.py: del_plugin.core.losses",
+        "del_plugin/core/places.py: del_plugin.core.places.gone",
+        "del_plugin/hf/__init__.py: del_plugin.hf.kernels.fold",
+    ]
+
+
+def test_docstrings_name_del_plugin_modules_and_attributes_that_exist():
+    files = [p for folder in DOCSTRING_FOLDERS for p in sorted((REPO / folder).rglob("*.py"))]
+    assert len(files) > 100  # the scan really ran over the tree
+    stale = [hit for path in files for hit in stale_names(path, REPO)]
+    assert not stale, "docstrings name what does not exist:\n" + "\n".join(stale)

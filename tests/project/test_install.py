@@ -227,9 +227,10 @@ def test_axolotl_discovers_the_plugin_and_it_acts_only_when_listed(venv, tmp_pat
     """Through Axolotl 0.21's own discovery (the installed entry point): a config without DEL is untouched (no
     del_ key, Axolotl's trainer), DEL keys without the plugins line are refused with the line to add, and a listed
     plugin is registered once, under the name configs use."""
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
     from tools.assets import tiny_model_dir
     from tools.cpu import alpaca_lora_config, write_alpaca_jsonl
+
+    from gsm8k_rows import gsm8k_rows
 
     data = write_alpaca_jsonl(tmp_path / "d.jsonl", gsm8k_rows(2))
     base = alpaca_lora_config(

@@ -23,7 +23,7 @@ def standalone_example() -> str:
 
 def gsm8k_features(tokenizer, rows: int = 2) -> list[dict]:
     """GSM8K problems as features: the question (masked in the labels), then the solution."""
-    from del_plugin.evaluation.gsm8k import gsm8k_rows
+    from gsm8k_rows import gsm8k_rows
 
     features = []
     for row in gsm8k_rows(rows):

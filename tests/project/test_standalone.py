@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from del_plugin.evaluation.gsm8k import GSM8K_DIR, gsm8k_rows
+from tools.assets import GSM8K_TRAIN_DIR
 
 from repo import REPO
 
@@ -92,23 +93,31 @@ def test_no_tracked_file_reads_outside_the_repository():
     assert not found, "tracked files read outside the repository:\n" + "\n".join(found)
 
 
-# The published checksums of the upstream files (del_plugin/evaluation/data/README.md): the vendored rows are unchanged.
+# The published checksums of the upstream files (del_plugin/evaluation/data/README.md, tools/data/gsm8k/README.md):
+# the vendored rows are unchanged. The test split ships in the package, the train split stays in the clone.
 GSM8K_SHA256 = {
-    "train": ("17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465", 7473),
-    "test": ("3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14", 1319),
+    "train": ("17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465", 7473, GSM8K_TRAIN_DIR),
+    "test": ("3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14", 1319, GSM8K_DIR),
 }
 
 
 @pytest.mark.parametrize("split", sorted(GSM8K_SHA256))
 def test_vendored_gsm8k_is_inside_the_repository_and_unchanged(split):
-    assert GSM8K_DIR.resolve().is_relative_to(REPO)
-    assert (GSM8K_DIR / "LICENSE").read_text().startswith("MIT License")
-    raw = gzip.decompress((GSM8K_DIR / f"{split}.jsonl.gz").read_bytes())
-    digest, rows = GSM8K_SHA256[split]
+    digest, rows, folder = GSM8K_SHA256[split]
+    assert folder.resolve().is_relative_to(REPO)
+    assert (folder / "LICENSE").read_text().startswith("MIT License")
+    raw = gzip.decompress((folder / f"{split}.jsonl.gz").read_bytes())
     assert hashlib.sha256(raw).hexdigest() == digest
-    every = gsm8k_rows(None, split)
+    every = gsm8k_rows(None, split, directory=folder)
     assert len(every) == rows == raw.count(b"\n")
-    assert gsm8k_rows(3, split) == every[:3]
+    assert gsm8k_rows(3, split, directory=folder) == every[:3]
     assert all("####" in row["answer"] and row["question"] for row in every)
     with pytest.raises(KeyError, match="unknown GSM8K split"):
         gsm8k_rows(1, "validation")
+
+
+def test_the_package_ships_the_scoring_split_only_and_says_where_the_train_split_is():
+    assert sorted(p.name for p in GSM8K_DIR.iterdir()) == ["LICENSE", "test.jsonl.gz"]
+    with pytest.raises(FileNotFoundError, match=r"test split only.*load_dataset\('openai/gsm8k', 'main'\)"):
+        gsm8k_rows(1, "train")
+    assert gsm8k_rows(1) == gsm8k_rows(1, "test")  # the default is what the package holds

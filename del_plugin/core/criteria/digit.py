@@ -42,14 +42,21 @@ def _entropy_weighted_bce(targets: DigitTargets, weights: torch.Tensor, bce_logi
 
 
 def del_token_losses(targets: DigitTargets, weights: torch.Tensor) -> torch.Tensor:
-    """``l_t = u_t * mean_k(p_hat_k * BCE_k)`` per position, float32, exactly 0 where there is no digit."""
+    """``l_t = u_t * mean_k(p_hat_k * BCE_k)`` per position, float32, exactly 0 where there is no digit.
+
+    ``targets``: :class:`~del_plugin.core.digits.DigitTargets` (logits ``[..., 10]``, float32 or wider; target int64 and
+    mask bool ``[...]``); ``weights`` ``u_t``: float32 ``[...]`` (:func:`~del_plugin.core.places.place_weights`).
+    Returns ``[...]``, the logits' dtype."""
     return _entropy_weighted_bce(targets, weights, targets.logits)
 
 
 def del_centered_token_losses(targets: DigitTargets, weights: torch.Tensor) -> torch.Tensor:
     """``l_t = u_t * mean_k(p_hat_k * BCE(z_k - mean_j z_j, onehot(y)_k))`` per position: DEL with its binary
     cross-entropies on the centred digit logits, invariant to a common shift of the ten logits. Nothing is
-    detached (the centring's gradient flows too), float32, exactly 0 where there is no digit."""
+    detached (the centring's gradient flows too), float32, exactly 0 where there is no digit.
+
+    ``targets``: :class:`~del_plugin.core.digits.DigitTargets` (logits ``[..., 10]``, float32 or wider; target int64 and
+    mask bool ``[...]``); ``weights``: float32 ``[...]``. Returns ``[...]``, the logits' dtype."""
     z = targets.logits
     return _entropy_weighted_bce(targets, weights, z - z.mean(-1, keepdim=True))
 
@@ -70,12 +77,18 @@ def _was_distance(targets: DigitTargets) -> torch.Tensor:
 
 
 def ntl_was_token_losses(targets: DigitTargets) -> torch.Tensor:
-    """NTL-WAS ``sum_k p_hat_k |y - k|`` per position (no place weight, as in the NTL paper)."""
+    """NTL-WAS ``sum_k p_hat_k |y - k|`` per position (no place weight, as in the NTL paper).
+
+    ``targets``: :class:`~del_plugin.core.digits.DigitTargets` (logits ``[..., 10]``, float32 or wider; target int64 and
+    mask bool ``[...]``). Returns ``[...]``, the logits' dtype, 0 where there is no digit."""
     return _masked(targets, _was_distance(targets))
 
 
 def ntl_mse_token_losses(targets: DigitTargets) -> torch.Tensor:
-    """NTL-MSE ``(sum_k p_hat_k k - y)^2`` per position (no place weight, as in the NTL paper)."""
+    """NTL-MSE ``(sum_k p_hat_k k - y)^2`` per position (no place weight, as in the NTL paper).
+
+    ``targets``: :class:`~del_plugin.core.digits.DigitTargets` (logits ``[..., 10]``, float32 or wider; target int64 and
+    mask bool ``[...]``). Returns ``[...]``, the logits' dtype, 0 where there is no digit."""
     z = targets.logits
     expected = (torch.softmax(z, dim=-1) * _digit_values(z)).sum(-1)
     return _masked(targets, (expected - targets.target.to(z.dtype)) ** 2)
@@ -126,6 +139,10 @@ def dist2_token_losses(targets: DigitTargets, weights: torch.Tensor, tau: float 
 
     The KL is summed over the ten digits (the DEL authors' re-implementation takes ``KLDivLoss(...).mean(-1)``,
     a tenth of this; fold that factor into ``alpha``).
+
+    ``targets``: :class:`~del_plugin.core.digits.DigitTargets` (logits ``[..., 10]``, float32 or wider; target int64 and
+    mask bool ``[...]``); ``weights`` ``w_t``: float32 ``[...]`` (:func:`dist2_place_weights`). Returns ``[...]``,
+    the logits' dtype, 0 where there is no digit.
     """
     if not tau > 0:
         raise ValueError(f"dist2 temperature tau must be > 0, got {tau}")
@@ -141,5 +158,9 @@ def del_dist_token_losses(targets: DigitTargets, weights: torch.Tensor) -> torch
     """The paper's ablation: DEL's ``u_t * mean_k(p_hat_k BCE_k)`` times NTL-WAS ``sum_k p_hat_k |y - k|``.
 
     Nothing is detached: the gradient flows through both factors.
+
+    ``targets``: :class:`~del_plugin.core.digits.DigitTargets` (logits ``[..., 10]``, float32 or wider; target int64 and
+    mask bool ``[...]``); ``weights``: float32 ``[...]``. Returns ``[...]``, the logits' dtype, 0 where there is no
+    digit.
     """
     return _masked(targets, del_token_losses(targets, weights) * _was_distance(targets))

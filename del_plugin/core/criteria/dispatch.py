@@ -32,7 +32,11 @@ Reduction = Literal["mean", "sum", "none"]
 def reduce_token_losses(
     per_token: torch.Tensor, mask: torch.Tensor, reduction: Reduction, alpha: float = 1.0
 ) -> torch.Tensor:
-    """``alpha`` times the mean over ``mask`` (0 when empty), the sum, or the per-position tensor."""
+    """``alpha`` times the mean over ``mask`` (0 when empty), the sum, or the per-position tensor.
+
+    ``per_token``: float ``[...]`` (0 where not counted); ``mask``: ``[...]``, bool or a float count per position
+    (a number-level criterion counts numbers). Returns a 0-d tensor (``"mean"``, ``"sum"``) or ``[...]``
+    (``"none"``), in ``per_token``'s dtype."""
     if reduction == "none":
         return alpha * per_token
     total = per_token.sum()
@@ -53,7 +57,10 @@ def digit_criterion_terms(
     **params: float,
 ) -> torch.Tensor:
     """The per-position term of a criterion (float32, 0 off the digit targets); zeros for ``mle`` and the token
-    criteria, which add no digit term. ``places`` are aligned with ``digits`` (:func:`next_token_places`)."""
+    criteria, which add no digit term. ``places`` are aligned with ``digits`` (:func:`next_token_places`).
+
+    ``digits``: :class:`~del_plugin.core.digits.DigitTargets` (logits ``[..., 10]``, float32 or wider; target int64
+    and mask bool ``[...]``); ``places``: integer ``[...]``. Returns ``[...]`` in the digit logits' dtype."""
     spec = criterion_spec(criterion)
     checked = spec.check_params(params)
     if spec.kind != "digit":
@@ -65,13 +72,17 @@ class DigitTermSums(NamedTuple):
     """What a training step needs of a digit criterion on one batch, as float32 scalars: ``loss``, the sum of its
     per-position term (with its graph), and, without a graph, the batch's ``digits`` (digit targets), the sum of
     their digit ``entropy`` (nats), how many are ``correct`` (the most likely digit is the target) and the
-    ``units`` the term is averaged over (:meth:`CriterionSpec.units`: the digit targets, or the numbers)."""
+    ``units`` the term is averaged over (:meth:`CriterionSpec.units`: the digit targets, or the numbers); ``term``
+    is ``alpha * loss``, what the training loss adds before it is normalised (None where no ``alpha`` was given:
+    the criteria apply ``del_alpha`` here, as the token criteria do in their terms, and a trainer only normalises).
+    """
 
     loss: torch.Tensor
     digits: torch.Tensor
     entropy: torch.Tensor
     correct: torch.Tensor
     units: torch.Tensor
+    term: torch.Tensor | None = None
 
 
 def digit_criterion_sums(
@@ -80,15 +91,21 @@ def digit_criterion_sums(
     places: torch.Tensor,
     *,
     weighting: PlaceWeighting = PlaceWeighting(),
+    alpha: float | None = None,
     **params: float,
 ) -> DigitTermSums:
     """:func:`digit_criterion_terms` summed over the batch, with the statistics a trainer logs
     (:class:`DigitTermSums`), computed as one program (:mod:`~del_plugin.core.fused`: on a GPU a few kernels
-    instead of dozens of small ones); a zero loss for ``mle`` and the token criteria."""
+    instead of dozens of small ones); a zero loss for ``mle`` and the token criteria. With ``alpha`` (the digit
+    term's weight, :attr:`~del_plugin.hf.settings.DELSettings.digit_alpha`) the sums carry ``term = alpha * loss``.
+
+    ``digits``: :class:`~del_plugin.core.digits.DigitTargets` (logits ``[..., 10]``, float32 or wider; target int64
+    and mask bool ``[...]``); ``places``: integer ``[...]``. Every sum is a 0-d float32 tensor."""
     spec = criterion_spec(criterion)
     checked = spec.check_params(params)
     terms = (spec.terms_and_units or spec.terms) if spec.kind == "digit" else None
-    return _digit_sums(terms, spec.unit, digits, places, weighting, tuple(sorted(checked.items())))
+    sums = _digit_sums(terms, spec.unit, digits, places, weighting, tuple(sorted(checked.items())))
+    return sums if alpha is None else sums._replace(term=alpha * sums.loss)
 
 
 @fused
@@ -121,7 +138,11 @@ def digit_criterion_loss(
 ) -> torch.Tensor:
     """``alpha`` times a digit criterion on :class:`DigitTargets` (from logits, hidden states or a capture) and
     the aligned ``places``: the mean over digit targets (over numbers for a number-level criterion; 0 when there
-    is none), the sum, or per position."""
+    is none), the sum, or per position.
+
+    ``digits``: :class:`~del_plugin.core.digits.DigitTargets` (logits ``[..., 10]``, float32 or wider; target int64
+    and mask bool ``[...]``); ``places``: integer ``[...]``. Returns a 0-d tensor (``"mean"``, ``"sum"``) or
+    ``[...]`` (``"none"``), in the digit logits' dtype."""
     per_token = digit_criterion_terms(criterion, digits, places, weighting=weighting, **params)
     units = criterion_spec(criterion).units(places, digits.mask, **params)
     return reduce_token_losses(per_token, units, reduction, alpha)
@@ -144,6 +165,10 @@ def digit_entropy_loss(
     (:func:`~del_plugin.core.places.shift_to_next_token`); ``places`` come from
     :func:`~del_plugin.core.places.next_token_places` on the unshifted labels. Reductions as in
     :func:`digit_criterion_loss`. Float32 on the ``[..., 10]`` digit slice only.
+
+    ``logits``: ``[..., V]`` of any float dtype (bf16 and fp16 are upcast on the slice); ``targets``: integer
+    ``[...]`` (-100 where masked); ``places``: integer ``[...]``. Returns a 0-d float32 tensor (``"mean"``,
+    ``"sum"``) or float32 ``[...]`` (``"none"``); float64 for float64 logits.
     """
     digits = digit_targets_from_logits(logits, targets, vocab)
     return digit_criterion_loss("del", digits, places, alpha=alpha, reduction=reduction, weighting=weighting)

@@ -97,7 +97,11 @@ def ntl_number_terms_and_starts(
     targets: DigitTargets, places: torch.Tensor, float_level: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`ntl_number_token_losses` and :func:`number_starts` (where the numbers start, which the term is
-    averaged over) from one reading of the numbers."""
+    averaged over) from one reading of the numbers.
+
+    ``targets``: :class:`~del_plugin.core.digits.DigitTargets` (logits ``[..., 10]``; target int64 and mask bool
+    ``[...]``); ``places``: integer ``[...]``. Returns the terms (``[...]``, float32 or the logits' wider dtype)
+    and the starts (bool ``[...]``)."""
     z = targets.logits
     dtype = torch.promote_types(z.dtype, torch.float32)
     flat, is_digit, continues = _previous_digit(_digits_only(places, targets.mask), float_level)

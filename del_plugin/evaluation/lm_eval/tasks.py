@@ -34,7 +34,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ... import __version__
+from ...version import __version__
 from ..benchmarks.names import BENCHMARK_NAMES, MAX_NEW_TOKENS, missing_benchmarks, resolve_benchmark_names
 from ..benchmarks.sets import BENCHMARKS, BenchmarkSet, load_benchmark, modified_set_error
 from ..output import prepare_output_dir, write_text_atomic

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ... import __version__
+from ...version import __version__
 from ..output import lock_folder, prepare_output_dir, unlock_folder
 from ..scoring.math_verify_scoring import MISSING_NOTE, math_verify_available
 from ..scoring.metrics import GenerationMetrics

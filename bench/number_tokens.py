@@ -40,6 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loss_step  # noqa: E402
 
 import benchlib  # noqa: E402
+import loss_step_cases  # noqa: E402
+import loss_step_tables  # noqa: E402
 
 LLAMA3_VOCAB = 128_256  # Llama-3-8B's logits
 LLAMA3_HIDDEN = 4_096  # Llama-3-8B's hidden size
@@ -112,7 +114,7 @@ def run(args) -> dict:
 
 def del_rows(results: dict):
     """(case, CE+DEL method, CE method) per tokenizer, CE kind and head."""
-    yield from loss_step.del_rows(results)
+    yield from loss_step_tables.del_rows(results)
 
 
 def targets(results: dict) -> dict:
@@ -267,8 +269,8 @@ def peak_breakdown(results: dict) -> list[str]:
     """One line per case, CE kind and head (and DEL alone): the largest tensors DEL adds at the step's peak."""
     lines = []
     for case in results["cases"]:
-        for kind in loss_step.CE_KINDS:
-            for head in loss_step.HEADS:
+        for kind in loss_step_cases.CE_KINDS:
+            for head in loss_step_cases.HEADS:
                 m = case["methods"][loss_step.method_name(kind, head, "ce+del")]
                 # CE's loss scalar is not live at CE + DEL's peak (4 bytes); anything larger: the peak moved
                 moved_bytes = sum(a["bytes"] for a in m["baseline_live_not_at_peak"])

@@ -30,7 +30,7 @@ digit count, times alpha = 0.3. Compared at the plain CE with the frozen head, f
 gradient, is the logits API's row.)
 
 The "term only" rows time the digit term alone (no CE, frozen head), DEL from the hidden states at every shape,
-with its kernel launches and host synchronisations (``benchlib.op_census``; on a GPU it also runs once under
+with its kernel launches and host synchronisations (``op_census.op_census``; on a GPU it also runs once under
 ``torch.cuda.set_sync_debug_mode("error")``, ``cuda_sync_free``):
 its absolute cost, far below the run-to-run noise of a whole step, so the most precise measure of what DEL adds;
 at the smallest shape also the plugin's other digit criteria and the naive term from a logits leaf. Labels are

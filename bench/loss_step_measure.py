@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import benchlib
+import op_census
 from loss_step_cases import Case, method_name
 
 
@@ -102,11 +103,11 @@ def term_only(case: Case, label: str, bar, rounds: int, extras: bool) -> dict:
 
     fns = case.term_fns(logits_leaf)
     memory, values, live, allocated = term_memory(fns, case.hidden.device, label, bar, clear)
-    # what a GPU would launch and wait for (benchlib.op_census): on a GPU the term is small ops, not arithmetic
+    # what a GPU would launch and wait for (op_census.op_census): on a GPU the term is small ops, not arithmetic
     census = {}
     for name, fn in fns.items():
         bar.set_postfix_str(f"{label} term only, ops {name}")
-        census[name] = benchlib.op_census(fn).as_dict()
+        census[name] = op_census.op_census(fn).as_dict()
         clear()
     sync_free = None
     if case.hidden.device.type == "cuda":  # any call that waits for the device raises, forward or backward

@@ -78,7 +78,7 @@ def tables(results: dict) -> str:
     return (
         f"{step_table(results)}\n\nCompared, at the plain CE with the frozen head (terms read from the logits):\n\n"
         f"{comparison_table(results)}\n\nThe digit term alone (forward + backward, no CE, frozen head; launches and "
-        f"host syncs as `benchlib.op_census` counts them: what a GPU would launch and wait for):\n\n"
+        f"host syncs as `op_census.op_census` counts them: what a GPU would launch and wait for):\n\n"
         f"{term_table(results)}\n{skipped}\n"
     )
 

@@ -139,7 +139,7 @@ def tables(results: dict) -> str:
         f"{shape_line(results)}\n\n{step_table(results)}\n\nThe labels (GSM8K train solutions, packed):\n\n"
         f"{labels_table(results)}\n\n"
         f"DEL's term alone (forward + backward from the hidden states, frozen head; launches and host syncs as "
-        f"`benchlib.op_census` counts them):\n\n{term_alone_table(results)}\n\n"
+        f"`op_census.op_census` counts them):\n\n{term_alone_table(results)}\n\n"
         f"The logits API beside it (plain CE, frozen head):\n\n{logits_api_table(results)}\n\n"
         "What DEL adds to the live tensors at the step's peak (MiB, where it was allocated):\n\n"
         + "\n".join(peak_breakdown(results))

@@ -1,7 +1,7 @@
 """DEL's training step at GPU speed, checked on the CPU: no host synchronisation in DEL's path (bench/step_ops.py's
 census).
 
-A host synchronisation cannot be observed as a wait without a GPU; ``benchlib.op_census`` counts the ops that make
+A host synchronisation cannot be observed as a wait without a GPU; ``op_census.op_census`` counts the ops that make
 one on CUDA (``aten::nonzero``, ``.item()``, ``.tolist()``, tensors made from host data ...), and is itself checked
 on known cases in tests/bench/test_bench_smoke.py. DEL's small ops compiled whole are checked in
 tests/core/test_compiled_ops.py, the collator's number-token positions in tests/hf/test_number_positions.py.

@@ -15,7 +15,8 @@ from del_plugin.core import DigitVocab, number_places
 from del_plugin.core.places import NOT_A_DIGIT
 from del_plugin.core.vocab import MultiDigitTokenizerError
 from del_plugin.evaluation.gsm8k import gsm8k_rows
-from tools.assets import load_tokenizer, rank_vocabulary, tekken_file
+from tools.assets import load_tokenizer
+from tools.rank_tokenizers import rank_vocabulary, tekken_file
 
 
 @functools.cache

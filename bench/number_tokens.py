@@ -40,6 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loss_step  # noqa: E402
 
 import benchlib  # noqa: E402
+import loss_step_cases  # noqa: E402
+import loss_step_tables  # noqa: E402
 
 LLAMA3_VOCAB = 128_256  # Llama-3-8B's logits
 LLAMA3_HIDDEN = 4_096  # Llama-3-8B's hidden size
@@ -112,7 +114,7 @@ def run(args) -> dict:
 
 def del_rows(results: dict):
     """(case, CE+DEL method, CE method) per tokenizer, CE kind and head."""
-    yield from loss_step.del_rows(results)
+    yield from loss_step_tables.del_rows(results)
 
 
 def targets(results: dict) -> dict:
@@ -137,7 +139,7 @@ def tables(results: dict) -> str:
         f"{shape_line(results)}\n\n{step_table(results)}\n\nThe labels (GSM8K train solutions, packed):\n\n"
         f"{labels_table(results)}\n\n"
         f"DEL's term alone (forward + backward from the hidden states, frozen head; launches and host syncs as "
-        f"`benchlib.op_census` counts them):\n\n{term_alone_table(results)}\n\n"
+        f"`op_census.op_census` counts them):\n\n{term_alone_table(results)}\n\n"
         f"The logits API beside it (plain CE, frozen head):\n\n{logits_api_table(results)}\n\n"
         "What DEL adds to the live tensors at the step's peak (MiB, where it was allocated):\n\n"
         + "\n".join(peak_breakdown(results))
@@ -267,8 +269,8 @@ def peak_breakdown(results: dict) -> list[str]:
     """One line per case, CE kind and head (and DEL alone): the largest tensors DEL adds at the step's peak."""
     lines = []
     for case in results["cases"]:
-        for kind in loss_step.CE_KINDS:
-            for head in loss_step.HEADS:
+        for kind in loss_step_cases.CE_KINDS:
+            for head in loss_step_cases.HEADS:
                 m = case["methods"][loss_step.method_name(kind, head, "ce+del")]
                 # CE's loss scalar is not live at CE + DEL's peak (4 bytes); anything larger: the peak moved
                 moved_bytes = sum(a["bytes"] for a in m["baseline_live_not_at_peak"])

@@ -5,7 +5,7 @@ first, untimed by this script's totals, then one of the implementations computes
 labels (the implementation rotating from batch to batch), timed in process CPU time:
 
 * ``torch, previous``: the implementation before the NumPy path, kept as the tests' oracle
-  (``tests/helpers/places_oracle.py``): ~65 torch operations (cumulative sums, scatters);
+  (``bench/oracles.py``): ~65 torch operations (cumulative sums, scatters);
 * ``torch, one pass``: ``del_plugin.core.places._places_torch``, the path of tensors on other devices, here on the
   CPU: classes, a running maximum and a backward running minimum (~30 torch operations);
 * ``numpy``: ``next_token_places`` itself, the path of CPU tensors (~20 NumPy operations).
@@ -30,7 +30,6 @@ os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(BENCH.parent / "tests" / "helpers"))
 
 import collation  # noqa: E402
 import torch  # noqa: E402
@@ -91,7 +90,7 @@ def place_paths(vocab) -> dict:
     from del_plugin.core import next_token_places, shift_to_next_token
     from del_plugin.core.places import NOT_A_DIGIT, _places_torch
 
-    from places_oracle import oracle_next_token_places
+    from oracles import oracle_next_token_places
 
     return {
         "torch, previous": lambda b: oracle_next_token_places(b["labels"], vocab, b.get("position_ids")),

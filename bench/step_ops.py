@@ -11,7 +11,7 @@ is the census of that step minus the census of the same step with a plain ``Trai
 cross-entropy's ops cancel. The first step is run before (it holds the start-up check of the digit logits, which
 may read values on the host, and compiles what is compiled).
 
-The census (``benchlib.op_census``): kernel launches as the profiler's leaf aten ops (views and allocations
+The census (``op_census.op_census``): kernel launches as the profiler's leaf aten ops (views and allocations
 excepted) plus the kernels of compiled graphs; host synchronisations as the aten ops that wait for the device on
 CUDA (``aten::_local_scalar_dense`` of ``.item()`` and ``bool()``, ``aten::nonzero`` of boolean indexing and
 ``nonzero()``, ``aten::masked_select``, ``unique`` ...) and the Python-level reads the profiler does not record
@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import benchlib  # noqa: E402
+import op_census  # noqa: E402
 
 DEFAULT_TOKENIZERS = ("llama-spm", "llama-bpe")
 HEADS = ("frozen", "trainable")
@@ -133,7 +134,7 @@ def census_case(tokenizer_name: str, head: str, rows: int, seq_len: int, number_
             plain = {k: v for k, v in batch.items() if not k.startswith("del_")}  # the collator's own keys
             step_batch = batch if with_del else plain
             train_step(trainer, step_batch)  # the first step: start-up check, caches, compilation
-            census["on" if with_del else "off"] = benchlib.op_census(partial(train_step, trainer, step_batch))
+            census["on" if with_del else "off"] = op_census.op_census(partial(train_step, trainer, step_batch))
     places = batch[TARGET_PLACES_KEY]
     digits = places != NOT_A_DIGIT
     per_target = digits.sum(-1) if digits.dim() == 3 else digits.long()

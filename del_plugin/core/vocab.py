@@ -11,13 +11,15 @@ are an incomplete set (GPT-2: '2000' but not '2001' …) are refused.
 
 :class:`DigitVocab` holds the ids and the tables built from them; reading them from a tokenizer (and the errors
 that refuse one) is :mod:`~del_plugin.core.tokenizer_digits`, and the lookups of token ids in the tables, as
-functions of tensors, are :mod:`~del_plugin.core.vocab_lookups`.
+functions of tensors, are :mod:`~del_plugin.core.vocab_lookups`; the tables as tensors, once per device, are
+:mod:`~del_plugin.core.vocab_device`.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,6 +34,7 @@ from .tokenizer_digits import (
     NoDigitTokensError,
     read_digit_tokens,
 )
+from .vocab_device import DeviceTables, digit_code_tables, number_lookup_tables
 from .vocab_lookups import BARE_POINT, LEADING_POINT, classify_labels, lookup, slot_targets_of
 
 __all__ = [
@@ -83,7 +86,8 @@ class DigitVocab:
     name: str = "tokenizer"
     number_token_ids: tuple[tuple[int, ...], ...] = ()
     number_families: tuple[int, ...] = ()
-    _device_tables: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
+    # the tables as tensors, once per device they are used on (vocab_device.py)
+    _device_tables: DeviceTables = field(default_factory=DeviceTables, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.family_token_ids:
@@ -241,7 +245,7 @@ class DigitVocab:
 
     def digit_count_table_on(self, device: torch.device) -> torch.Tensor:
         """:attr:`digit_count_table` as an int64 tensor on ``device`` (cached per device)."""
-        return self._on_device("count", device, lambda: torch.tensor(self.digit_count_table, dtype=torch.long))
+        return self._device_tables.get("count", device, lambda: torch.tensor(self.digit_count_table, dtype=torch.long))
 
     @functools.cached_property
     def token_zero_has_a_kind(self) -> bool:
@@ -251,45 +255,12 @@ class DigitVocab:
 
     def kind_table_on(self, device: torch.device) -> torch.Tensor:
         """:attr:`kind_table` as a uint8 tensor on ``device`` (cached per device)."""
-        return self._on_device("kind", device, lambda: torch.tensor(self.kind_table))
-
-    def _on_device(self, name: str, device: torch.device, build):
-        """``build()``'s tensors on ``device``, built once per device. Built outside inference mode: a table first
-        made while evaluating (``torch.inference_mode``) would be an inference tensor, which a later training
-        step's autograd refuses to save."""
-        key = (name, str(device))
-        tables = self._device_tables.get(key)
-        if tables is None:
-            with torch.inference_mode(False):
-                built = build()
-                if isinstance(built, torch.Tensor):
-                    tables = built.to(device)
-                elif isinstance(built, dict):
-                    tables = {k: v.to(device) for k, v in built.items()}
-                else:
-                    tables = tuple(t.to(device) for t in built)
-            self._device_tables[key] = tables
-        return tables
-
-    def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        def build():
-            # code[id] = family * 10 + digit for digit tokens, BARE_POINT / LEADING_POINT for decimal points,
-            # -1 elsewhere (one int16 per vocabulary entry)
-            code = torch.full((self.table_size,), -1, dtype=torch.int16)
-            for f, ids in enumerate(self.family_token_ids):
-                code[list(ids)] = torch.arange(10, dtype=torch.int16) + 10 * f
-            if self.decimal_point_id is not None:
-                code[self.decimal_point_id] = BARE_POINT
-            if self.leading_point_ids:
-                code[list(self.leading_point_ids)] = LEADING_POINT
-            return code, torch.tensor(self.family_token_ids, dtype=torch.long), torch.arange(10)
-
-        return self._on_device("digit", device, build)
+        return self._device_tables.get("kind", device, lambda: torch.tensor(self.kind_table))
 
     def code_table_on(self, device: torch.device) -> torch.Tensor:
         """int16 ``[table_size]``: ``family * 10 + digit`` of each digit token, -2 / -3 for the bare and the
         leading decimal points, -1 elsewhere (cached per device; :func:`classify_labels` reads it)."""
-        return self._tables(device)[0]
+        return self._device_tables.get("digit", device, partial(digit_code_tables, self))[0]
 
     def _codes(self, labels: torch.Tensor) -> torch.Tensor:
         return lookup(self.code_table_on(labels.device), labels)
@@ -309,28 +280,16 @@ class DigitVocab:
 
     def family_ids(self, device: torch.device) -> torch.Tensor:
         """``[num_families, 10]`` long tensor of digit token ids on ``device``."""
-        return self._tables(device)[1]
-
-    def _number_tables(self, device: torch.device) -> dict[str, torch.Tensor]:
-        def build():
-            rows = torch.tensor(self.number_row_ids, dtype=torch.long)
-            row = torch.full((self.table_size,), -1, dtype=torch.long)  # the number row of each token id, or -1
-            row[rows] = torch.arange(len(rows))
-            group = torch.cat([torch.full((len(g.token_ids),), k) for k, g in enumerate(self.number_groups)])
-            digits = torch.tensor([g.digits for g in self.number_groups])[group]
-            value = torch.arange(len(rows)) - torch.tensor(self.group_offsets[:-1])[group]
-            return {"row": row, "group": group, "digits": digits, "value": value, "row_ids": rows}
-
-        return self._on_device("number", device, build)
+        return self._device_tables.get("digit", device, partial(digit_code_tables, self))[1]
 
     def number_tables_on(self, device: torch.device) -> dict[str, torch.Tensor]:
         """The tables :func:`slot_targets_of` reads, on ``device`` (cached per device): ``row`` (the number row of
         each token id, or -1), and per number row its ``group``, ``digits`` and ``value``."""
-        return self._number_tables(device)
+        return self._device_tables.get("number", device, partial(number_lookup_tables, self))
 
     def number_row_ids_on(self, device: torch.device) -> torch.Tensor:
         """:attr:`number_row_ids` as a long tensor on ``device``."""
-        return self._number_tables(device)["row_ids"]
+        return self.number_tables_on(device)["row_ids"]
 
     def group_row_ids_on(self, device: torch.device) -> list[torch.Tensor]:
         """The token ids of each of :attr:`number_groups`, in value order, as views of :meth:`number_row_ids_on`."""
@@ -344,7 +303,7 @@ class DigitVocab:
         ``mask`` (``[..., max_digits]``): slot ``j`` holds the ``j``-th digit, left to right, of the target token
         ('123': 1, 2, 3), and exists for ``j`` below the token's digit count. Non-digits have no slot (-100 and ids
         outside the vocabulary included)."""
-        return slot_targets_of(labels, self._number_tables(labels.device), self.max_digits)
+        return slot_targets_of(labels, self.number_tables_on(labels.device), self.max_digits)
 
 
 def _digits_of(ids: tuple[int, ...]) -> int:

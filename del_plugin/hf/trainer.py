@@ -13,68 +13,31 @@ size, accumulation and GPU count.
 The mixin's state is five named objects: ``del_settings`` (:class:`DELSettings`), ``del_vocab``, ``del_capture``
 (the digit logits read from the final hidden states, whatever computes the cross-entropy), ``del_metrics``
 (:class:`DigitMetrics`) and, for a token criterion, the Trainer's own ``compute_loss_func``
-(:class:`TokenCriterionLoss`).
+(:class:`TokenCriterionLoss`). Two jobs are classes and modules of their own, which the mixin composes: the
+collators' wiring (:mod:`~del_plugin.hf.collator_wiring`) and the checks before the first step (``del_startup``,
+:mod:`~del_plugin.hf.startup_checks`).
 """
 
 from __future__ import annotations
 
-import traceback
-from pathlib import Path
-
 import torch
 from transformers.utils import logging
 
-from ..core.capture import DigitCaptureError, DigitLogitsCapture
+from ..core.capture import DigitLogitsCapture
 from ..core.compatibility import logits_missing_message
 from ..core.criteria import digit_criterion_sums, token_criterion_terms
-from ..core.digits import number_target_positions
 from ..core.places import NOT_A_DIGIT, shift_to_next_token
 from ..core.vocab import DigitVocab
-from .collator import NUMBER_POSITIONS_KEY, TARGET_PLACES_KEY, NumberSpanCollator
+from .collator import NUMBER_POSITIONS_KEY, TARGET_PLACES_KEY
+from .collator_wiring import prepare_with_positions, wrap_collators
 from .metrics import DigitMetrics
 from .normalisation import StepScales, step_scales
 from .settings import DELSettings
+from .startup_checks import HostForwardError, StartupChecks
 
 __all__ = ["DELTrainerMixin", "HostForwardError", "TokenCriterionLoss"]
 
 LOG = logging.get_logger(__name__)
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-
-
-class HostForwardError(RuntimeError):
-    """The model's own forward failed in DEL's start-up check, in the host's code (its kernels, its model), not in
-    DEL's: the message names where, the original error is chained (``__cause__``)."""
-
-
-def _raised_in(err: BaseException) -> traceback.FrameSummary | None:
-    """Where ``err`` was raised: the innermost frame of its traceback outside torch's own modules (which a library
-    calls into, as in ``torch.empty(..., device="cuda")``); None without a traceback."""
-    frames = traceback.extract_tb(err.__traceback__)
-    torch_dir = Path(torch.__file__).resolve().parent
-    for frame in reversed(frames):
-        if not Path(frame.filename).resolve().is_relative_to(torch_dir):
-            return frame
-    return frames[-1] if frames else None
-
-
-def _host_forward_error(err: Exception) -> HostForwardError | None:
-    """A :class:`HostForwardError` for an error the model's forward raised outside DEL's own code, None for DEL's."""
-    frame = _raised_in(err)
-    if frame is None or Path(frame.filename).resolve().is_relative_to(PACKAGE_DIR):
-        return None
-    where = Path(frame.filename).as_posix().split("site-packages/")[-1]
-    hint = ""
-    if not torch.cuda.is_available() and any(w in str(err) for w in ("CUDA", "NVIDIA", "cuda", "Triton", "triton")):
-        hint = (
-            " This machine has no GPU, and something in the run needs one (a GPU-only kernel or setting); with "
-            "Axolotl, `del-check --cpu CONFIG` names each key and the value that trains on a CPU (docs/cpu.md)."
-        )
-    return HostForwardError(
-        f"the model's own forward failed in DEL's first-step check (one no-grad forward of the batch's first row): "
-        f"{type(err).__name__}: {str(err).strip()} -- raised in {where}, line {frame.lineno} ({frame.name}), which "
-        "is the host's code, not DEL's; the training step runs the same forward and would fail the same way "
-        f"without DEL.{hint}"
-    )
 
 
 class TokenCriterionLoss:
@@ -135,14 +98,9 @@ class DELTrainerMixin:
             tokenizer = self.processing_class
             vocab = DigitVocab.from_tokenizer(tokenizer, name=getattr(tokenizer, "name_or_path", None))
         self.del_settings, self.del_vocab = settings, vocab
-        # dispatched batches are cut along their first axis per process, which the number-token positions (one
-        # flat list per batch) do not survive: the step then finds them on the device
-        positions = not self._batches_dispatched()
-        for attr in ("data_collator", "train_data_collator", "eval_data_collator"):
-            collator = getattr(self, attr, None)
-            if collator is not None:
-                setattr(self, attr, NumberSpanCollator(collator, vocab, number_positions=positions))
+        positions = wrap_collators(self, vocab)
         self.del_capture = DigitLogitsCapture(self.model, vocab, differentiable=settings.digit_alpha > 0)
+        self.del_startup = StartupChecks(self.del_capture, vocab, self.del_log)
         self.del_metrics = DigitMetrics()
         spec = settings.spec
         if spec.kind == "token":
@@ -170,19 +128,6 @@ class DELTrainerMixin:
                 "collator does not send where the number tokens are; each step finds them on the device, which on "
                 "a GPU makes the host wait for it once per number group"
             )
-
-    def _batches_dispatched(self) -> bool:
-        """Whether accelerate dispatches the batches (reads them on one process and cuts every tensor along its
-        first axis): ``accelerator_config.dispatch_batches``, by default for iterable datasets."""
-        config = getattr(self.args, "accelerator_config", None)
-        dispatch = (
-            config.get("dispatch_batches") if isinstance(config, dict) else getattr(config, "dispatch_batches", None)
-        )
-        if dispatch is not None:
-            return bool(dispatch)
-        datasets = (getattr(self, "train_dataset", None), getattr(self, "eval_dataset", None))
-        datasets += tuple(datasets[1].values()) if isinstance(datasets[1], dict) else ()
-        return any(isinstance(d, torch.utils.data.IterableDataset) for d in datasets)
 
     # ------------------------------------------------------------------ normalisation
     def get_batch_samples(self, epoch_iterator, num_batches, device):
@@ -221,14 +166,7 @@ class DELTrainerMixin:
 
     # ------------------------------------------------------------------ loss
     def _prepare_inputs(self, inputs):
-        # The number-token positions sit in a list, which a BatchEncoding's .to() (what accelerate calls on the
-        # batches of a Hugging Face collator) leaves on the host and the Trainer then copies with blocking copies,
-        # each a host synchronisation on a GPU: copied here without blocking, beside the batch's own copies.
-        positions = inputs.pop(NUMBER_POSITIONS_KEY, None)
-        inputs = super()._prepare_inputs(inputs)
-        if positions is not None:
-            inputs[NUMBER_POSITIONS_KEY] = [p.to(self.args.device, non_blocking=True) for p in positions]
-        return inputs
+        return prepare_with_positions(inputs, super()._prepare_inputs, self.args.device)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         settings = self.del_settings
@@ -253,10 +191,8 @@ class DELTrainerMixin:
         if positions is not None:
             # to the device before the forward is queued (the batch's own copies are made there too)
             positions = [p.to(targets.device, non_blocking=True) for p in positions]
-        if not self.del_capture.verified:
-            self._check_digit_logits(model, inputs)
-            if positions is not None:
-                self._check_number_positions(targets, positions)
+        if not self.del_startup.done:
+            self.del_startup.run(model, inputs, targets, positions)
         with self.del_capture:
             loss, outputs = self._host_compute_loss(model, inputs, return_outputs, num_items_in_batch)
         ce_logged, token_terms = self._token_criterion_parts(loss, num_items_in_batch)
@@ -297,67 +233,6 @@ class DELTrainerMixin:
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
         return result if return_outputs else (result, None)
-
-    # tokens of the first row that the start-up check runs the model on: enough to hold digits, cheap at 7B
-    CHECK_TOKENS = 64
-
-    def _check_digit_logits(self, model, inputs) -> None:
-        """Once, before the first captured forward: the digit logits DEL reads against the model's own, on one
-        no-grad forward of the batch's first row (at most :attr:`CHECK_TOKENS` tokens). Refuses the run with the
-        measured difference when they differ (:meth:`DigitLogitsCapture.check_against_logits`)."""
-        input_ids = inputs.get("input_ids")
-        if input_ids is None:
-            raise KeyError("del_plugin: the batch has no input_ids, which DEL's start-up check of the logits needs")
-        mask = inputs.get("attention_mask")
-        rows = slice(0, 1), slice(0, self.CHECK_TOKENS)
-        try:
-            difference = self.del_capture.check_against_logits(
-                model, input_ids[rows], None if mask is None or mask.dim() != 2 else mask[rows]
-            )
-        except DigitCaptureError:
-            raise
-        except Exception as err:  # noqa: BLE001 - any error of the host's forward, re-raised as the host's
-            host_error = _host_forward_error(err)
-            if host_error is None:
-                raise
-            raise host_error from err
-        capture = self.del_capture
-        if difference is None and capture.architecture is None:
-            raise DigitCaptureError(
-                f"del_plugin: model_type {capture.model_type!r} has no entry in DEL's architecture table, and its "
-                "forward returned no logits to measure DEL's digit logits against, so they cannot be verified; "
-                "nothing else accepts it (docs/architectures.md)"
-            )
-        if difference is None:
-            self.del_log.warning(
-                "DEL: model_type %r: the check forward returned no logits, so DEL's digit logits were not measured "
-                "against the model's own (the architecture's table entry is tested)",
-                capture.model_type,
-            )
-            capture.verified = True
-        else:
-            self.del_log.info(
-                "DEL: model_type %r: digit logits equal the model's own to %.3g (the check forward's largest "
-                "difference; rounding allows %.3g, and a larger one stops the run)",
-                capture.model_type,
-                difference,
-                capture.measured_tolerance,
-            )
-
-    def _check_number_positions(self, targets: torch.Tensor, positions: list[torch.Tensor]) -> None:
-        """Once, with the start-up check: the collator's number-token positions against the targets this step
-        reads (found on their device), so that a pipeline that changes the labels after the collator is refused
-        instead of scoring the wrong positions."""
-        found = number_target_positions(targets, self.del_vocab)
-        if len(found) != len(positions) or not all(
-            p.shape == f.shape and torch.equal(p.to(f.device), f) for p, f in zip(positions, found)
-        ):
-            raise RuntimeError(
-                f"del_plugin: the batch's `{NUMBER_POSITIONS_KEY}` (where NumberSpanCollator found the number tokens "
-                "among the targets) do not match the targets of this step: something changed the labels after the "
-                "collator. Collate with NumberSpanCollator last; if accelerate cuts each batch per process, set "
-                "accelerator_config.dispatch_batches: true (the step then finds the number tokens itself)"
-            )
 
     def _token_criterion_parts(self, loss, num_items_in_batch):
         """(the plain cross-entropy to log, (target tokens, sums of the criterion's logged extras) or None): for a

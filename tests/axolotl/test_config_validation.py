@@ -207,8 +207,10 @@ def test_incomplete_number_tokens_are_refused_at_validation(base):
 
 
 def test_llama3_number_tokens_are_accepted_at_validation(base):
-    cfg = load_config(base(tokenizer_config=str(tokenizer_dir("llama-bpe"))))
-    assert cfg.del_alpha is not None
+    tokenizer = str(tokenizer_dir("llama-bpe"))
+    cfg = load_config(base(tokenizer_config=tokenizer))
+    # accepted as written: the tokenizer and DEL's weight (base's 0.3) kept
+    assert cfg.tokenizer_config == tokenizer and cfg.del_alpha == 0.3
 
 
 def test_other_configs_are_untouched_when_the_plugin_is_not_listed(base):

@@ -20,7 +20,7 @@ from del_plugin.axolotl.args import PLUGIN_NAME
 from del_plugin.axolotl.check import main
 from del_plugin.axolotl.cpu import CPU_RECIPE
 from del_plugin.hf.settings import DEFAULT_ALPHA
-from del_plugin.hf.trainer import HostForwardError, _host_forward_error
+from del_plugin.hf.startup_checks import HostForwardError, _host_forward_error
 from tools.assets import tiny_model_dir
 from tools.cpu import write_alpaca_jsonl
 

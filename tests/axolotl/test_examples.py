@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,10 +28,9 @@ from example_families import EXAMPLES, FAMILIES, OTHER_FAMILIES, AuthorsRun, Def
 from fused_kernels import CALLS, cce_style_forward, restored_forwards
 from gsm8k_rows import gsm8k_rows
 from repo import REPO
-from trainer_checks import LOGGED_KEYS, assert_parts_logged, train_logs
+from trainer_checks import assert_parts_logged, train_logs
 
 CCE = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
-GPU_CHECK = [sys.executable, "-m", "bench.gpu_check"]  # run from the clone's root
 
 
 # the quick-start QLoRA config at the advised weight, and the paper's full fine-tune at the authors' weight
@@ -288,75 +284,6 @@ def test_deepseek_qlora_prompt_is_the_models_chat_template():
     assert tokenizer.decode(ids[n_prompt:]) == row["answer"] + tokenizer.eos_token
 
 
-def test_gpu_check_refuses_clearly_without_a_gpu():
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a CUDA GPU; the refusal is for machines without one")
-    done = subprocess.run(GPU_CHECK, capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert done.returncode != 0
-    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1, lines
-    assert "CUDA GPU" in lines[0] and "gpu_check" in lines[0]
-
-
-def test_gpu_check_pairs_and_what_it_skips():
-    import importlib.util
-
-    from bench.gpu_check.cli import parse_args
-    from bench.gpu_check.pairs import unavailable
-
-    assert parse_args(["--pairs", "cce,plain,cce"]).pairs == ["cce", "plain"]
-    with pytest.raises(SystemExit):
-        parse_args(["--pairs", "plain,flash"])
-    smoke = parse_args(["--cpu-smoke"])
-    assert unavailable("plain", smoke) is None
-    assert "need a GPU" in unavailable("liger", smoke) and "need a GPU" in unavailable("cce", smoke)
-    gpu = parse_args([])
-    if importlib.util.find_spec("cut_cross_entropy") is None:  # Axolotl's fork is not on PyPI
-        reason = unavailable("cce", gpu)
-        assert "fork of cut_cross_entropy" in reason and "ml-cross-entropy.git@v0.1.1" in reason
-
-
-def test_gpu_check_keeps_to_its_budget_and_reports_failed_runs(monkeypatch, capsys):
-    """The parent's bookkeeping with the runs faked: a pair that would end past --budget is skipped, a failed run
-    is reported in the table and the exit status, and the other pairs still run."""
-    from bench.gpu_check import driver as gpu_check
-
-    log = {k: 1.0 for k in LOGGED_KEYS}
-    launched = []
-
-    def fake_launch(args, workdir, pair, variant):
-        launched.append((pair, variant))
-        if pair == "liger":
-            return {"error": "the Liger FLCE, DEL-off run failed (exit 1):\nboom", "wall_s": 1.0}
-        return {
-            "pair": pair,
-            "del": variant == "on",
-            "trainer": "DELTrainer" if variant == "on" else "AxolotlTrainer",
-            "forward": "transformers.x.forward",
-            "attention": "sdpa",
-            "steps": args.warmup + args.steps,
-            "step_time_s": 0.5,
-            "peak_allocated_gib": None,
-            "peak_reserved_gib": None,
-            "last_log": log if variant == "on" else {},
-            "wall_s": 60.0 if pair == "plain" else 1.0,
-        }
-
-    monkeypatch.setattr(gpu_check, "launch", fake_launch)
-    monkeypatch.setattr(gpu_check, "unavailable", lambda pair, args: None)
-    monkeypatch.setattr(gpu_check, "build_model_dir", lambda args, out: 0)
-    monkeypatch.setattr(gpu_check, "write_arithmetic_rows", lambda path, rows: None)
-    assert gpu_check.main(["--cpu-smoke", "--pairs", "liger,plain,cce", "--budget", "100"]) == 1
-    out = capsys.readouterr().out
-    # liger fails after one run, plain runs (60 s each), then cce's two runs would end past 100 s
-    assert launched == [("liger", "off"), ("plain", "off"), ("plain", "on")]
-    assert any(line.startswith("Liger FLCE") and "failed" in line for line in out.splitlines())
-    assert any(line.startswith("Cut Cross Entropy") and "--budget of 100 s" in line for line in out.splitlines())
-    assert [line.split()[2] for line in out.splitlines() if line.startswith("plain CE ")] == ["off", "on", "on/off"]
-
-
 # ---------------------------------------------------------------------------------------------------- CPU runs
 @pytest.fixture(scope="module")
 def gsm8k_alpaca(tmp_path_factory):
@@ -429,33 +356,6 @@ def test_example_trains_on_cpu_with_the_family_tokenizer(example_id, tmp_path, g
         assert trainable and all("lora_" in n for n in trainable)
     else:
         assert all(p.requires_grad for p in model.parameters())
-
-
-@pytest.mark.e2e
-def test_gpu_check_runs_its_two_axolotl_processes_in_cpu_smoke_mode():
-    """The GPU check's own machinery (local model and tokenizer, synthetic data, one Axolotl process per variant,
-    result parsing) on the CPU with a tiny model; only the GPU-only features differ from a GPU run. The fused
-    kernels' pairs (Liger, Cut Cross Entropy) need a GPU: the smoke run says so. The numbers pair, the same
-    machinery on another model folder, is left out here (two more processes); its tokenizer and its order in the
-    default run are tested below and in tests/e2e/test_gpu_speed.py."""
-    done = subprocess.run(
-        [*GPU_CHECK, "--cpu-smoke", "--pairs", "plain,liger,cce", "--timeout", "900"],
-        capture_output=True,
-        text=True,
-        timeout=1900,
-        cwd=REPO,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    rows = [line.split() for line in lines if line.startswith("plain CE ")]
-    assert [row[2] for row in rows] == ["off", "on", "on/off"], lines
-    for title in ("Liger FLCE", "Cut Cross Entropy"):
-        assert any(line.startswith(title) and "skipped" in line and "GPU" in line for line in lines), lines
-    (metrics_line,) = [line for line in lines if line.startswith("DEL on, last step (plain): ")]
-    metrics = dict(item.split("=") for item in metrics_line.removeprefix("DEL on, last step (plain): ").split(", "))
-    assert set(metrics) == set(LOGGED_KEYS)
-    assert all(math.isfinite(float(value)) for value in metrics.values())
-    assert float(metrics["digit_targets"]) > 0
 
 
 # ------------------------------------------------------------------------- families the authors did not train
@@ -788,24 +688,6 @@ def test_other_example_trains_on_cpu_with_the_family_tokenizer(
     projections = {f"{p}_proj" for p in ("q", "k", "v", "o", "gate", "up", "down")}
     decoder = {n for n, _ in base.named_modules() if n.rsplit(".", 1)[-1] in projections and "vision" not in n}
     assert adapted == decoder and len(decoder) == 7 * base.config.get_text_config().num_hidden_layers
-
-
-def test_gpu_check_number_tokens_cut_numbers_as_llama3():
-    """--number-tokens: the synthetic tokenizer cuts digit runs into 1-3-digit tokens from the left, and DEL reads
-    it through its number tokens (the GPU run then measures that path)."""
-    from bench.gpu_check.assets import build_tokenizer
-    from bench.gpu_check.cli import parse_args
-    from del_plugin.core import DigitVocab
-
-    args = parse_args(["--cpu-smoke", "--number-tokens"])
-    tokenizer = build_tokenizer(args.vocab, args.number_tokens)
-    assert tokenizer.tokenize("pay 12345678 or 3.14159") == (
-        ["p", "a", "y", " ", "123", "456", "78", " ", "o", "r", " ", "3", ".", "141", "59"]
-    )
-    assert DigitVocab.from_tokenizer(tokenizer).max_digits == 3
-    assert build_tokenizer(512).tokenize("12 3") == ["1", "2", " ", "3"]  # the default: single digits
-    with pytest.raises(SystemExit):
-        parse_args(["--number-tokens", "--vocab", "512"])
 
 
 def test_the_cpu_example_is_shipped_and_trains_on_a_machine_without_a_gpu():

@@ -351,6 +351,8 @@ def test_tables_first_built_in_inference_mode_still_train(numbers):
     vocabulary, must not get its cached tables as inference tensors (autograd refuses to save those)."""
     import dataclasses
 
+    from del_plugin.core.vocab_device import DeviceTables
+
     if numbers:
         from chunked_vocab import VOCAB as vocab
         from chunked_vocab import V as size
@@ -359,7 +361,7 @@ def test_tables_first_built_in_inference_mode_still_train(numbers):
         labels = number_batch()["labels"]
     else:
         vocab, size, labels = VOCAB, V, aligned_batch()[0]
-    vocab = dataclasses.replace(vocab, _device_tables={})  # nothing cached yet
+    vocab = dataclasses.replace(vocab, _device_tables=DeviceTables())  # nothing cached yet
     targets = shifted(labels)
     hidden = torch.randn(*targets.shape, H)
     weight = torch.randn(size, H)

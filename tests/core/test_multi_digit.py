@@ -4,8 +4,8 @@ definition rather than from the production code (tests/helpers/number_token_orac
 * **Places.** A number token stands for its characters: the oracle expands every token into them (the first keeps
   the token's space marker and its packed-sequence start), reads the expanded sequence digit by digit with the
   single-digit rules (``oracle_places`` and the trusted old ``oracle_number_places`` of
-  tests/helpers/places_oracle.py, on the same characters), and hands each digit's place back to its token's slot.
-  Checked on
+  tests/helpers/places_oracle.py and bench/oracles.py, on the same characters), and hands each digit's place back
+  to its token's slot. Checked on
   the real Llama-3 tokenizer (hand-worked cases, GSM8K rows and odd texts in padded, masked and packed batches,
   ``shift_labels``) and by a Hypothesis fuzz on a character tokenizer that also merges digits into chunks of 1-3 at
   random cut points (tests/helpers/fake_vocab.py's ``multi_digit_vocab``, ids permuted): NumPy path == torch path ==
@@ -30,6 +30,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.oracles import oracle_next_token_places, oracle_number_places
 from del_plugin.core import (
     DigitVocab,
     PlaceWeighting,
@@ -57,7 +58,6 @@ from number_token_oracle import (
     strings_of,
     token_chars,
 )
-from places_oracle import oracle_next_token_places, oracle_number_places
 
 N = NOT_A_DIGIT
 FUZZ = settings(max_examples=150, deadline=None)  # tests/project/test_fuzz.py's

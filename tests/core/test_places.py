@@ -1,5 +1,5 @@
 """Number places and place weights, against hand-worked values, a slow per-character oracle and the previous
-implementation (tests/helpers/places_oracle.py)."""
+implementation (bench/oracles.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.oracles import oracle_next_token_places, oracle_number_places
 from del_plugin.core import DigitVocab, PlaceWeighting, next_token_places, number_places, shift_to_next_token
 from del_plugin.core.places import NOT_A_DIGIT, _places_torch, place_weights
 
 from fake_vocab import TOKEN_ID, VOCAB, encode
-from places_oracle import oracle_next_token_places, oracle_number_places, oracle_places
+from places_oracle import oracle_places
 
 N = None  # "not a digit" in the expected lists below
 
@@ -145,7 +146,7 @@ def test_oracle_agrees_with_hand_examples():
 
 # ------------------------------------------------------------------------------ against the reference implementation
 # `number_places` reads CPU tensors with NumPy and other devices with a torch pass; both must give exactly what the
-# previous implementation (kept in tests/helpers/places_oracle.py) gives, on every kind of token the vocabulary knows.
+# previous implementation (kept in bench/oracles.py) gives, on every kind of token the vocabulary knows.
 
 
 def token_kinds(vocab: DigitVocab, others: list[int]) -> dict[str, list[int]]:

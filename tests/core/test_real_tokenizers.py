@@ -14,7 +14,8 @@ import pytest
 from del_plugin.core import DigitVocab, number_places
 from del_plugin.core.places import NOT_A_DIGIT
 from del_plugin.core.vocab import MultiDigitTokenizerError
-from tools.assets import load_tokenizer, rank_vocabulary, tekken_file
+from tools.assets import load_tokenizer
+from tools.rank_tokenizers import rank_vocabulary, tekken_file
 
 from gsm8k_rows import gsm8k_rows
 

@@ -19,9 +19,9 @@ from scipy.stats import t as t_dist
 from scipy.stats import ttest_1samp, ttest_ind
 
 from del_plugin.evaluation import cli, load_benchmark, load_report, score_predictions
+from del_plugin.evaluation.compare.paired_verdict import SetOutcomes, outcome_verdict
 from del_plugin.evaluation.compare.verdict import compare_arms, log_error
 from del_plugin.evaluation.errors import EXIT_USAGE, UsageError
-from del_plugin.evaluation.compare.paired_verdict import SetOutcomes, outcome_verdict
 from del_plugin.evaluation.scoring.stats import (
     accuracy_se,
     detectable_difference,

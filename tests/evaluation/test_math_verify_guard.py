@@ -19,9 +19,9 @@ from del_plugin.evaluation.scoring.math_verify_guard import (
     MAX_TERMS,
     too_costly,
 )
+from tools.assets import GSM8K_TRAIN_DIR
 
 from repo import REPO
-from tools.assets import GSM8K_TRAIN_DIR
 
 DATA = REPO / "del_plugin" / "evaluation" / "data"
 

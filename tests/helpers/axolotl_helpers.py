@@ -46,10 +46,12 @@ def run_axolotl(cfg: dict):
 
 
 def refused(cfg: dict) -> str:
-    """The message with which Axolotl's validation refuses ``cfg`` (fails if it is accepted)."""
+    """The message with which Axolotl's validation refuses ``cfg``: fails if it is accepted, or refused by anything
+    but a validation error (pydantic's ``ValidationError`` and the plugin's rules raise ``ValueError``s; a crash, a
+    ``KeyError`` or a ``TypeError`` naming the key is no refusal)."""
     import pytest
 
-    with pytest.raises(Exception) as err:
+    with pytest.raises(ValueError) as err:
         load_config(cfg)
     return str(err.value)
 

@@ -1,8 +1,8 @@
 """The oracle of number tokens of 1-3 digits (Llama-3 cuts "12345678" into '123', '456', '78'), written from the
 definition rather than from the production code: a token stands for its characters, which are read digit by digit
-with the single-digit rules (tests/helpers/places_oracle.py); and each digit slot's criterion term from ten
-logsumexps over token lists built from the token strings (``oracle_terms``). tests/core/test_multi_digit.py checks
-the plugin against it."""
+with the single-digit rules (bench/oracles.py, tests/helpers/places_oracle.py); and each digit slot's criterion term
+from ten logsumexps over token lists built from the token strings (``oracle_terms``). tests/core/test_multi_digit.py
+checks the plugin against it."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from bench.oracles import oracle_number_places
 from del_plugin.core import DigitVocab, PlaceWeighting
 from del_plugin.core.places import NOT_A_DIGIT
 from tools.assets import load_tokenizer
 
 from fake_vocab import DIGITS, VOCAB, encode
-from places_oracle import oracle_number_places, oracle_places
+from places_oracle import oracle_places
 
 N = NOT_A_DIGIT
 

@@ -171,6 +171,15 @@ restore_environment_per_test = pytest.fixture(autouse=True)(_restored_environmen
 restore_environment_per_module = pytest.fixture(autouse=True, scope="module")(_restored_environment)
 
 
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """The package's wheel, built from the clone once per run (tests/helpers/wheel_build.py); the tests that take it
+    are e2e, so ``make test-fast`` builds none."""
+    from wheel_build import shared_wheel
+
+    return shared_wheel(tmp_path_factory)
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """``base(**overrides)``: the tests' small CPU LoRA config with the plugin on (tests/helpers/axolotl_helpers.py),

@@ -18,6 +18,7 @@ from del_plugin.core import (
 from del_plugin.core.places import NOT_A_DIGIT
 
 from fake_vocab import VOCAB, V, encode
+from number_token_oracle import oracle_term
 
 LN2 = math.log(2.0)
 
@@ -63,7 +64,8 @@ def test_reduction_none_has_zeros_off_digits():
 
 
 def slow_del(logits, labels, places, weighting=PlaceWeighting()):
-    """One digit at a time, with explicit sums: an oracle written from the paper's formula."""
+    """One digit at a time: each target's term from the paper's formula written out (number_token_oracle's
+    ``oracle_term``, on the ten logits of the target's digit family), averaged over the digit targets."""
     terms = []
     for b in range(labels.shape[0]):
         for t in range(labels.shape[1]):
@@ -71,22 +73,8 @@ def slow_del(logits, labels, places, weighting=PlaceWeighting()):
             if y is None:
                 continue
             family = next(f for f in VOCAB.family_token_ids if int(labels[b, t]) in f)
-            z = [float(logits[b, t, i]) for i in family]
-            m = max(z)
-            denom = sum(math.exp(v - m) for v in z)
-            total = 0.0
-            for k in range(10):
-                p = math.exp(z[k] - m) / denom
-                target = 1.0 if k == y else 0.0
-                bce = max(z[k], 0) - z[k] * target + math.log1p(math.exp(-abs(z[k])))
-                total += p * bce
-            i = int(places[b, t])
-            u = (
-                (weighting.integer_slope * (i + 1) if i >= 0 else weighting.decimal_base ** (i - 1))
-                if weighting.enabled
-                else 1.0
-            )
-            terms.append(u * total / 10)
+            z = logits[b, t, list(family)].double()
+            terms.append(float(oracle_term("del", z, y, int(places[b, t]), 0, weighting)))
     return sum(terms) / max(len(terms), 1)
 
 

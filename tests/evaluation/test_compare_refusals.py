@@ -104,6 +104,31 @@ REPORT_FAULTS = {
         lambda r: r["datasets"][0]["generation"].update(accuracy="0.5"),
         "datasets[0].generation.accuracy is a str",
     ),
+    "an mACC without its sets": (lambda r: r.update(macc={"": None}), "macc.sets is a null, not a list of set names"),
+    "an mACC of a string": (
+        lambda r: r.update(macc={"sets": ["gsm8k"], "value": "0.5"}),
+        "macc.value is a str, not a number or null",
+    ),
+    "more right than scored": (
+        lambda r: r["datasets"][0]["generation"].update(correct=70),
+        "datasets[0].generation.correct (70) is more than datasets[0].generation.n (40)",
+    ),
+    "a negative count": (
+        lambda r: r["datasets"][0]["generation"].update(correct=-1),
+        "datasets[0].generation.correct is -1, not a count",
+    ),
+    "a coverage without its sizes": (
+        lambda r: r["datasets"][0].update(coverage={"": None}),
+        "datasets[0].coverage.problems is None, not a count",
+    ),
+    "a coverage of more problems than the set": (
+        lambda r: r["datasets"][0]["coverage"].update(problems=2000),
+        "datasets[0].coverage.problems (2000) is more than datasets[0].coverage.total (1319)",
+    ),
+    "a coverage without the ids' hash": (
+        lambda r: r["datasets"][0]["coverage"].update(ids_sha256=[]),
+        "datasets[0].coverage.ids_sha256 is a list, not a hash",
+    ),
     "generations outside the folder": (
         lambda r: r["files"].update(generations="/etc/passwd"),
         "files.generations ('/etc/passwd') points outside the report's folder",

@@ -34,24 +34,14 @@ from del_plugin.evaluation.scoring.stats import (
 )
 
 from repo import REPO
+from scored_reports import gsm8k_reference_answers, scored_report, seed_reports
 
 Z = 1.959963984540054  # the normal 0.975 quantile
 
 
 @pytest.fixture(scope="module")
 def gsm8k_references():
-    return [p.reference for p in load_benchmark("gsm8k").problems]
-
-
-def _scored(tmp_path, references, name: str, right: set[int], n: int):
-    """A del-eval score report of GSM8K's first ``n`` problems, right exactly on ``right``."""
-    outputs = [
-        {"id": i, "output": f"The answer is {references[i] if i in right else references[i] + '1'}"} for i in range(n)
-    ]
-    out = tmp_path / name
-    report = score_predictions("gsm8k", outputs, out, name=name)
-    assert report["datasets"][0]["generation"]["correct"] == len(right)
-    return out
+    return gsm8k_reference_answers()
 
 
 def _exact_two_sided(wins: int, losses: int) -> float:
@@ -147,8 +137,8 @@ def test_wilson_and_mover_against_independent_references():
 
 def test_1000_problems_5_vs_10_percent_is_resolved(tmp_path, gsm8k_references, capsys):
     # MLE right on 0..49, DEL on 30..129: both 20, only DEL 80, only MLE 30... (5 % and 10 %: 50 and 100 of 1,000)
-    mle = _scored(tmp_path, gsm8k_references, "MLE", set(range(50)), 1000)
-    dels = _scored(tmp_path, gsm8k_references, "DEL", set(range(30, 130)), 1000)
+    mle = scored_report(tmp_path, gsm8k_references, "MLE", set(range(50)), 1000)
+    dels = scored_report(tmp_path, gsm8k_references, "DEL", set(range(30, 130)), 1000)
     capsys.readouterr()
     out = tmp_path / "compare"
     assert cli.main(["compare", str(mle), str(dels), "--out", str(out)]) == 0
@@ -184,8 +174,8 @@ def test_1000_problems_5_vs_10_percent_is_resolved(tmp_path, gsm8k_references, c
 
 
 def test_200_problems_1_vs_2_percent_is_not_resolved_and_nothing_is_bold(tmp_path, gsm8k_references, capsys):
-    mle = _scored(tmp_path, gsm8k_references, "MLE", {0, 1}, 200)
-    dels = _scored(tmp_path, gsm8k_references, "DEL", {0, 2, 3, 4}, 200)
+    mle = scored_report(tmp_path, gsm8k_references, "MLE", {0, 1}, 200)
+    dels = scored_report(tmp_path, gsm8k_references, "DEL", {0, 2, 3, 4}, 200)
     capsys.readouterr()
     out = tmp_path / "compare"
     assert cli.main(["compare", str(mle), str(dels), "--out", str(out), "--labels", "MLE", "DEL"]) == 0
@@ -209,15 +199,11 @@ def test_200_problems_1_vs_2_percent_is_not_resolved_and_nothing_is_bold(tmp_pat
     assert "**" not in printed.split("## Verdict")[1].split("## The runs")[0]
 
 
-def _matrix_reports(tmp_path, references, name: str, rights: list[set[int]], n: int):
-    return [_scored(tmp_path, references, f"{name}-s{k}", right, n) for k, right in enumerate(rights)]
-
-
 def test_several_seeds_take_the_run_as_the_replicate_welch_as_scipy(tmp_path, gsm8k_references):
     n = 100
     # per-run accuracies: MLE 25, 40, 55 %; DEL 35, 50, 62 % (the runs disagree by 15 points)
-    mle = _matrix_reports(tmp_path, gsm8k_references, "MLE", [set(range(k)) for k in (25, 40, 55)], n)
-    dels = _matrix_reports(tmp_path, gsm8k_references, "DEL", [set(range(k)) for k in (35, 50, 62)], n)
+    mle = seed_reports(tmp_path, gsm8k_references, "MLE", [set(range(k)) for k in (25, 40, 55)], n)
+    dels = seed_reports(tmp_path, gsm8k_references, "DEL", [set(range(k)) for k in (35, 50, 62)], n)
     verdict = compare_arms([load_report(p) for p in mle], [load_report(p) for p in dels], ("MLE", "DEL"))
     (s,) = verdict["sets"]
     reference = ttest_ind([0.35, 0.50, 0.62], [0.25, 0.40, 0.55], equal_var=False)
@@ -235,8 +221,8 @@ def test_several_seeds_take_the_run_as_the_replicate_welch_as_scipy(tmp_path, gs
 
 def test_one_run_against_three_is_tested_on_the_pooled_seed_variance(tmp_path, gsm8k_references):
     n = 100
-    mle = _matrix_reports(tmp_path, gsm8k_references, "MLE", [set(range(40))], n)
-    dels = _matrix_reports(tmp_path, gsm8k_references, "DEL", [set(range(k)) for k in (45, 50, 58)], n)
+    mle = seed_reports(tmp_path, gsm8k_references, "MLE", [set(range(40))], n)
+    dels = seed_reports(tmp_path, gsm8k_references, "DEL", [set(range(k)) for k in (45, 50, 58)], n)
     verdict = compare_arms([load_report(p) for p in mle], [load_report(p) for p in dels], ("MLE", "DEL"))
     (s,) = verdict["sets"]
     # Student's t: DEL's variance stands for both arms (one run shows no spread of its own), 1 + 3 runs, df 2
@@ -261,8 +247,8 @@ def test_one_run_against_three_is_tested_on_the_pooled_seed_variance(tmp_path, g
 
 
 def test_baseline_and_candidate_arms_from_the_command_line(tmp_path, gsm8k_references, capsys):
-    mle = _matrix_reports(tmp_path, gsm8k_references, "MLE", [set(range(20)), set(range(22))], 60)
-    dels = _matrix_reports(tmp_path, gsm8k_references, "DEL", [set(range(30)), set(range(31))], 60)
+    mle = seed_reports(tmp_path, gsm8k_references, "MLE", [set(range(20)), set(range(22))], 60)
+    dels = seed_reports(tmp_path, gsm8k_references, "DEL", [set(range(30)), set(range(31))], 60)
     out = tmp_path / "arms"
     argv = ["compare", "--baseline", *map(str, mle), "--candidate", *map(str, dels), "--out", str(out)]
     assert cli.main([*argv, "--labels", "MLE", "DEL"]) == 0
@@ -299,8 +285,8 @@ def test_different_problems_are_refused_unless_the_intersection_is_asked_for(tmp
 
 
 def test_math_verify_needs_reports_that_carry_it(tmp_path, gsm8k_references, capsys):
-    a = _scored(tmp_path, gsm8k_references, "A", {0}, 3)
-    b = _scored(tmp_path, gsm8k_references, "B", {1}, 3)
+    a = scored_report(tmp_path, gsm8k_references, "A", {0}, 3)
+    b = scored_report(tmp_path, gsm8k_references, "B", {1}, 3)
     argv = ["compare", str(a), str(b), "--out", str(tmp_path / "c"), "--scorer", "math-verify"]
     # reports of a del-eval that did not record math-verify's verdicts (before it, or without the package)
     for folder in (a, b):
@@ -393,8 +379,8 @@ def test_the_mean_over_sets_and_holm_across_them(tmp_path):
 
 
 def test_a_report_without_its_generations_cannot_be_paired(tmp_path, gsm8k_references):
-    a = _scored(tmp_path, gsm8k_references, "A", {0}, 3)
-    b = _scored(tmp_path, gsm8k_references, "B", {1}, 3)
+    a = scored_report(tmp_path, gsm8k_references, "A", {0}, 3)
+    b = scored_report(tmp_path, gsm8k_references, "B", {1}, 3)
     (b / "generations.jsonl").unlink()
     verdict = compare_arms([load_report(a)], [load_report(b)], ("A", "B"))
     assert verdict["sets"] == [] and verdict["line"].startswith("B - A: cannot be tested: ")
@@ -455,24 +441,6 @@ def test_a_data_set_bolds_only_what_a_paired_test_resolves(tmp_path, capsys):
     # the note under the table names the tests that made the bold, not the bootstrap the verdict no longer uses
     assert "MAE, log-MAE: the paired t test on the errors, only the lower mean error bold" in table
     assert "Tango's and McNemar's with one run an arm" in table and "bootstrap" not in table
-
-
-def test_the_sweeps_report_the_same_verdict_per_setting(tmp_path, gsm8k_references):
-    """The demo's sweep and paper-regime report: each setting's runs (one per seed) against the reference's, as
-    ``del-eval compare --baseline --candidate`` puts them; a setting whose runs kept no generations is left out."""
-    from experiments.efficacy import compare_verdicts
-
-    mle = _matrix_reports(tmp_path, gsm8k_references, "MLE", [set(range(10)), set(range(12))], 40)
-    dels = _matrix_reports(tmp_path, gsm8k_references, "DEL", [set(range(20)), set(range(25))], 40)
-    runs = [{"setting": "del:0", "seed": s, "generations": str(p / "generations.jsonl")} for s, p in enumerate(mle)]
-    runs += [{"setting": "del:0.1", "seed": s, "generations": str(p / "generations.jsonl")} for s, p in enumerate(dels)]
-    runs += [{"setting": "ntl_was:0.3", "seed": 0}]
-    verdicts = compare_verdicts(runs, "del:0")
-    assert list(verdicts) == ["del:0.1"]
-    direct = compare_arms([load_report(p) for p in mle], [load_report(p) for p in dels], ("del:0", "del:0.1"))
-    assert verdicts["del:0.1"]["line"] == direct["line"]
-    pooled = 100 * ((20 + 25) / 80 - (10 + 12) / 80)  # each arm's accuracy pooled over its two seeds
-    assert verdicts["del:0.1"]["line"].startswith(f"del:0.1 - del:0: {pooled:+.1f} GSM8K points [")
 
 
 def test_the_higher_mean_error_is_never_bold(tmp_path, capsys):

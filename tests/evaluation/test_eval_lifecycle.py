@@ -17,8 +17,6 @@ import random
 import re
 import resource
 import signal
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +31,15 @@ from del_plugin.evaluation.errors import (
 )
 from del_plugin.evaluation.reports.files import STAGING_DIR, load_report
 
+from killed_runs import (
+    exit_code,
+    forked,
+    kill_after_generation,
+    kill_at_rename,
+    lines_of,
+    stopped_progress_monitor,
+    whole_records,
+)
 from repo import REPO
 
 # ---------------------------------------------------------------------------------------------- a child to kill
@@ -40,135 +47,7 @@ from repo import REPO
 
 @pytest.fixture(autouse=True, scope="module")
 def no_progress_bar_thread():
-    """tqdm's monitor thread takes tqdm's lock now and then; a child forked at that instant would wait for it for
-    ever. Stopped (and not restarted) while these tests fork."""
-    from tqdm import tqdm
-
-    interval, tqdm.monitor_interval = tqdm.monitor_interval, 0
-    if tqdm.monitor is not None:
-        tqdm.monitor.exit()
-        tqdm.monitor = None
-    yield
-    tqdm.monitor_interval = interval
-
-
-def _forked(action, stderr: Path | None = None, first=None) -> int:
-    """Run ``action()`` in a forked child (its stdout dropped, its stderr to ``stderr``); the child's wait status.
-    One torch thread in the child: the parent's thread pool does not survive a fork. ``first()`` runs before the
-    child starts any thread."""
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 99
-        try:
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, 1)
-            os.dup2(os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if stderr else null, 2)
-            sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # not pytest's capture
-            if first is not None:
-                first()
-            import faulthandler
-
-            import torch
-
-            faulthandler.dump_traceback_later(300, exit=True)  # a child that hangs fails the test, not the suite
-            os.environ["OMP_NUM_THREADS"] = "1"  # the demo's worker sets its threads from it
-            torch.set_num_threads(1)
-            code = action()
-        except BaseException:  # noqa: BLE001
-            import traceback
-
-            traceback.print_exc()
-        finally:
-            sys.stderr.flush()
-            os._exit(code if isinstance(code, int) else 98)
-    _, status = os.waitpid(pid, 0)
-    return status
-
-
-def _exit_code(status: int) -> int | str:
-    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else f"signal {os.WTERMSIG(status)}"
-
-
-def _kill_self() -> None:
-    sys.stdout.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _kill_at_rename(number: int | None = None, target: str | None = None):
-    """A trigger: SIGKILL just before the ``number``-th rename of this process (or the first onto ``target``), its
-    temporary file written and not yet renamed."""
-
-    def arm() -> None:
-        real, calls = os.replace, [0]
-
-        def replace(src, dst, *args, **kwargs):
-            calls[0] += 1
-            if calls[0] == number or (target is not None and Path(dst).name == target):
-                _kill_self()
-            return real(src, dst, *args, **kwargs)
-
-        os.replace = replace
-
-    return arm
-
-
-def _kill_after_generation(number: int, torn: bool = False):
-    """A trigger: SIGKILL after the ``number``-th generation line of this process is written, or (``torn``) half-way
-    through writing it, as when the kill lands between two writes of a long line."""
-
-    def arm() -> None:
-        from del_plugin.evaluation.output import JsonlAppender
-
-        real, count = JsonlAppender.write, [0]
-
-        def write(self, record):
-            count[0] += 1
-            if count[0] == number and torn:
-                line = (json.dumps(record) + "\n").encode()
-                os.write(self._fd, line[: len(line) // 2])
-                _kill_self()
-            real(self, record)
-            if count[0] == number:
-                _kill_self()
-
-        JsonlAppender.write = write
-
-    return arm
-
-
-def _note_generations(path: Path):
-    """Not a trigger: each generation line this process writes, its set's name noted in ``path``."""
-
-    def arm() -> None:
-        from del_plugin.evaluation.output import JsonlAppender
-
-        real = JsonlAppender.write
-
-        def write(self, record):
-            with open(path, "a") as handle:
-                handle.write(record["dataset"] + "\n")
-            real(self, record)
-
-        JsonlAppender.write = write
-
-    return arm
-
-
-def _lines(path: Path) -> list[str]:
-    """The lines of ``path``, a cut last one included."""
-    return [line for line in path.read_text().split("\n") if line] if path.is_file() else []
-
-
-def _whole_records(path: Path) -> list[dict]:
-    """The records of a generations file, checking that every line but a cut last one is JSON."""
-    lines = _lines(path)
-    records = []
-    for i, line in enumerate(lines):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            assert i == len(lines) - 1, f"{path}:{i + 1} is not JSON"
-    return records
+    yield from stopped_progress_monitor()
 
 
 # ---------------------------------------------------------------------------------------------- killed, resumed
@@ -178,24 +57,24 @@ def test_del_eval_run_killed_hard_at_random_points_resumes_with_every_problem_sc
     argv = ["run", "--model", str(digit_model), "--benchmarks", "gsm8k,aqua,mmlu_math", "--limit", "3"]
     argv += ["--batch-size", "2", "--max-new-tokens", "4", "--name", "tiny"]
     reference, out = tmp_path / "reference", tmp_path / "killed"
-    assert _exit_code(_forked(lambda: cli.main(argv + ["--out", str(reference)]))) == 0
+    assert exit_code(forked(lambda: cli.main(argv + ["--out", str(reference)]))) == 0
 
     rng, states = random.Random(37), []
     triggers = [
-        ("a random rename", _kill_at_rename(number=rng.randint(4, 14))),
-        ("after a generation line", _kill_after_generation(4)),  # the resumed aqua's 3, then mmlu_math's first
-        ("half-way through a generation line", _kill_after_generation(2, torn=True)),
-        ("at the rename of report.md", _kill_at_rename(target="report.md")),
+        ("a random rename", kill_at_rename(number=rng.randint(4, 14))),
+        ("after a generation line", kill_after_generation(4)),  # the resumed aqua's 3, then mmlu_math's first
+        ("half-way through a generation line", kill_after_generation(2, torn=True)),
+        ("at the rename of report.md", kill_at_rename(target="report.md")),
     ]
     for what, trigger in triggers:
-        status = _forked(lambda trigger=trigger: (trigger(), cli.main(argv + ["--out", str(out)]))[1])
-        assert _exit_code(status) == f"signal {signal.SIGKILL}", what
+        status = forked(lambda trigger=trigger: (trigger(), cli.main(argv + ["--out", str(out)]))[1])
+        assert exit_code(status) == f"signal {signal.SIGKILL}", what
         report = load_report(out)  # never half-written: it parses, and says the run did not end
         assert report["status"] == "running", what
         states.append([d["status"] for d in report["datasets"]])
         torn = not (out / "generations.jsonl").read_text().endswith("\n")
         assert torn is ("half-way" in what), what
-        records = _whole_records(out / "generations.jsonl")
+        records = whole_records(out / "generations.jsonl")
         keys = [(r["dataset"], r["id"]) for r in records]
         assert len(keys) == len(set(keys)), what
         assert not (out / "report.md").exists() or (out / "report.md").read_text().startswith("# del-eval: tiny")
@@ -205,7 +84,7 @@ def test_del_eval_run_killed_hard_at_random_points_resumes_with_every_problem_sc
         ["complete", "complete", "running"],
         ["complete", "complete", "complete"],
     ]
-    assert _exit_code(_forked(lambda: cli.main(argv + ["--out", str(out)]))) == 0
+    assert exit_code(forked(lambda: cli.main(argv + ["--out", str(out)]))) == 0
 
     done, expected = load_report(out), load_report(reference)
     assert done["status"] == "complete"
@@ -213,94 +92,14 @@ def test_del_eval_run_killed_hard_at_random_points_resumes_with_every_problem_sc
     assert done["overall"] == expected["overall"]
 
     def by_problem(folder):
-        return {(r["dataset"], r["id"]): r for r in _whole_records(folder / "generations.jsonl")}
+        return {(r["dataset"], r["id"]): r for r in whole_records(folder / "generations.jsonl")}
 
-    records = _whole_records(out / "generations.jsonl")
+    records = whole_records(out / "generations.jsonl")
     assert len(records) == 9 and by_problem(out) == by_problem(reference)  # 3 sets x 3 problems, once each
     assert sorted(done["warnings"]) == sorted(expected["warnings"])
     same_lines = sorted((out / "report.md").read_text().splitlines())  # warnings in the order they came
     assert same_lines == sorted((reference / "report.md").read_text().splitlines())
     assert sorted(done["files"]["plots"]) == sorted(expected["files"]["plots"])
-
-
-def test_the_paper_demo_killed_while_scoring_resumes_its_evaluation(digit_model, tmp_path):
-    """The demo's worker (``python -m experiments paper --worker RUN``) scoring the base model: killed after the
-    first set, run again, it keeps that set, scores the second once, and marks the run done."""
-    from del_plugin.evaluation.run.runner import read_generations
-    from experiments.paper_worker import work
-    from experiments.runs import read_record, write_record
-
-    out = tmp_path / "paper"
-    run_dir = out / "runs" / "base"
-    run_dir.mkdir(parents=True)
-    (out / "plan.json").write_text("{}")
-    eval_spec = {
-        "sets": ["gsm8k", "mmlu_math"],
-        "benchmark_dir": None,
-        "limit": 2,
-        "max_new_tokens": 3,
-        "batch_size": 2,
-        "dtype": "auto",
-    }
-    spec = {"model": "tiny", "regime": None, "criterion": None, "alpha": None, "seed": None, "train": None}
-    write_record(run_dir, {"setting": "base", "spec": spec, "eval_spec": eval_spec, "state": "new"})
-
-    status = _forked(lambda: (_kill_after_generation(3)(), work(run_dir, "eval", Path(digit_model)))[1])
-    assert _exit_code(status) == f"signal {signal.SIGKILL}"
-    stopped = load_report(run_dir / "eval")
-    assert [d["status"] for d in stopped["datasets"]] == ["complete", "running"]
-    first_set = [r for r in _whole_records(run_dir / "eval" / "generations.jsonl") if r["dataset"] == "gsm8k"]
-
-    generated = tmp_path / "generated"
-    assert (
-        _exit_code(_forked(lambda: (_note_generations(generated)(), work(run_dir, "eval", Path(digit_model)))[1])) == 0
-    )
-    assert generated.read_text().split() == ["mmlu_math", "mmlu_math"]  # gsm8k was not generated again
-    report = load_report(run_dir / "eval")
-    assert report["status"] == "complete" and report["datasets"][0] == stopped["datasets"][0]  # kept, not redone
-    records = read_generations(run_dir / "eval")
-    assert sorted((r["dataset"], r["id"]) for r in records) == [
-        ("gsm8k", 0),
-        ("gsm8k", 1),
-        ("mmlu_math", 0),
-        ("mmlu_math", 1),
-    ]
-    assert [r for r in records if r["dataset"] == "gsm8k"] == first_set
-    assert read_record(run_dir)["state"] == "done"
-
-
-def test_a_killed_sweep_stops_the_run_it_started(tmp_path):
-    """``run_jobs`` (the paper demo's and the sweep's): the parent killed with SIGKILL, the job's process gets SIGTERM
-    (and writes its partial report), instead of going on unseen beside the next invocation's."""
-    from experiments.jobs import Job, run_jobs
-
-    started, stopped = tmp_path / "started", tmp_path / "stopped"
-    script = (
-        "import pathlib, signal, sys, time\n"
-        f"signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path({str(stopped)!r}).touch(), sys.exit(143)))\n"
-        f"pathlib.Path({str(started)!r}).touch()\n"
-        "time.sleep(30)\n"
-    )
-    job = Job(
-        name="sleeper", run_dir=tmp_path, argv=[sys.executable, "-S", "-c", script], action="waiting", trains=False
-    )
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-            run_jobs([job], dict(os.environ))
-        finally:
-            os._exit(0)
-    deadline = time.monotonic() + 20
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert started.exists()
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    deadline = time.monotonic() + 10
-    while not stopped.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert stopped.exists()
 
 
 # ---------------------------------------------------------------------------------------------- earlier reports
@@ -334,7 +133,7 @@ def test_score_keeps_an_earlier_report_unless_overwrite_and_leaves_no_stale_plot
     gsm8k = _predictions(tmp_path / "g.jsonl", {0: "The answer is 18", 1: "The answer is 3", 2: "The answer is 7"})
     assert _score(["--benchmark", "gsm8k", "--predictions", str(gsm8k), "--out", str(out)]) == 0
     assert _score(["--benchmark", "gsm8k", "--predictions", str(gsm8k), "--out", str(out)]) == 0  # the same: kept
-    assert len(_lines(out / "generations.jsonl")) == 3
+    assert len(lines_of(out / "generations.jsonl")) == 3
     earlier = _files(out)
     assert "place_accuracy.png" in earlier
     capsys.readouterr()
@@ -351,7 +150,7 @@ def test_score_keeps_an_earlier_report_unless_overwrite_and_leaves_no_stale_plot
     assert [d["name"] for d in report["datasets"]] == ["sat"] and report["files"]["plots"] == []
     assert not (out / "place_accuracy.png").exists()  # no empty plot for an option set, and not the old one
     assert not (out / STAGING_DIR).exists()
-    assert [json.loads(line)["dataset"] for line in _lines(out / "generations.jsonl")] == ["sat", "sat"]
+    assert [json.loads(line)["dataset"] for line in lines_of(out / "generations.jsonl")] == ["sat", "sat"]
 
 
 def _fill_the_disk_at(limit: int, argv: list[str]):
@@ -370,13 +169,13 @@ def test_a_full_disk_half_way_keeps_the_earlier_report_and_never_cuts_a_line(tmp
     argv = ["score", "--benchmark", "gsm8k", "--predictions", str(predictions)]
 
     fresh = tmp_path / "fresh"
-    status = _forked(_fill_the_disk_at(30_000, argv + ["--out", str(fresh)]), stderr=tmp_path / "err1")
-    assert _exit_code(status) == EXIT_UNWRITABLE_OUTPUT
+    status = forked(_fill_the_disk_at(30_000, argv + ["--out", str(fresh)]), stderr=tmp_path / "err1")
+    assert exit_code(status) == EXIT_UNWRITABLE_OUTPUT
     err = (tmp_path / "err1").read_text()
     assert f"{fresh / 'generations.jsonl'}: cannot be written (File too large); free some disk space" in err
     assert "Traceback" not in err
     assert (fresh / "generations.jsonl").read_text().endswith("\n")  # the cut line was taken back
-    assert 10 < len(_whole_records(fresh / "generations.jsonl")) < 40
+    assert 10 < len(whole_records(fresh / "generations.jsonl")) < 40
     assert load_report(fresh)["status"] == "partial"
 
     out = tmp_path / "out"
@@ -384,14 +183,14 @@ def test_a_full_disk_half_way_keeps_the_earlier_report_and_never_cuts_a_line(tmp
     assert cli.main(["score", "--benchmark", "gsm8k", "--predictions", str(few), "--out", str(out)]) == 0
     earlier = _files(out)
     command = argv + ["--out", str(out), "--overwrite"]
-    assert _exit_code(_forked(_fill_the_disk_at(30_000, command), stderr=tmp_path / "err2")) == EXIT_UNWRITABLE_OUTPUT
+    assert exit_code(forked(_fill_the_disk_at(30_000, command), stderr=tmp_path / "err2")) == EXIT_UNWRITABLE_OUTPUT
     assert _files(out) == earlier  # the earlier report, whole
     staged = out / STAGING_DIR
     assert load_report(staged)["status"] == "partial"
     assert (staged / "generations.jsonl").read_text().endswith("\n")
     # the same command, with room, resumes the replacement and then moves it into place
     assert cli.main(command) == 0
-    assert len(_whole_records(out / "generations.jsonl")) == 40 and not staged.exists()
+    assert len(whole_records(out / "generations.jsonl")) == 40 and not staged.exists()
 
 
 # ---------------------------------------------------------------------------------------------- clear errors
@@ -428,13 +227,13 @@ def test_an_out_folder_that_cannot_be_written_is_one_line_with_exit_4(tmp_path):
             os.unshare(os.CLONE_NEWUSER)
 
     try:
-        status = _forked(lambda: cli.main(argv), stderr=tmp_path / "err", first=unprivileged)
+        status = forked(lambda: cli.main(argv), stderr=tmp_path / "err", first=unprivileged)
     finally:
         locked.chmod(0o755)
     err = (tmp_path / "err").read_text()
     if os.geteuid() == 0 and "Operation not permitted" in err and "unshare" in err:
         pytest.skip("this kernel refuses user namespaces, and root can write to any folder")
-    assert _exit_code(status) == EXIT_UNWRITABLE_OUTPUT
+    assert exit_code(status) == EXIT_UNWRITABLE_OUTPUT
     assert err.strip() == (
         f"del-eval: error: --out {locked / 'out'}: cannot write in this folder (Permission denied); give a folder "
         "you can write to"
@@ -656,12 +455,12 @@ def test_a_run_with_fewer_sets_keeps_the_report_and_one_with_more_resumes_it(dig
     out = tmp_path / "out"
     argv = ["run", "--model", str(digit_model), "--limit", "1", "--max-new-tokens", "2", "--out", str(out)]
     assert cli.main(argv + ["--benchmarks", "gsm8k,aqua"]) == 0
-    first = _lines(out / "generations.jsonl")
+    first = lines_of(out / "generations.jsonl")
     assert cli.main(argv + ["--benchmarks", "gsm8k"]) == EXIT_UNWRITABLE_OUTPUT  # would drop aqua's results
     assert "(its sets aqua are not in this run)" in capsys.readouterr().err
-    assert _lines(out / "generations.jsonl") == first
+    assert lines_of(out / "generations.jsonl") == first
     assert cli.main(argv + ["--benchmarks", "gsm8k,aqua,mmlu_math"]) == 0  # more sets: resumed
-    assert _lines(out / "generations.jsonl")[:2] == first and len(_lines(out / "generations.jsonl")) == 3
+    assert lines_of(out / "generations.jsonl")[:2] == first and len(lines_of(out / "generations.jsonl")) == 3
 
 
 def test_a_model_trained_again_into_the_same_folder_is_scored_again(digit_model, tmp_path, capsys):
@@ -676,9 +475,9 @@ def test_a_model_trained_again_into_the_same_folder_is_scored_again(digit_model,
     argv = ["run", "--model", str(model), "--benchmarks", "gsm8k", "--limit", "2", "--max-new-tokens", "3"]
     argv += ["--no-teacher-forced", "--out", str(out)]
     assert cli.main(argv) == 0
-    first = [r["generation"] for r in _whole_records(out / "generations.jsonl")]
+    first = [r["generation"] for r in whole_records(out / "generations.jsonl")]
     assert cli.main(argv) == 0  # the same weights: the complete report is kept as it is
-    assert [r["generation"] for r in _whole_records(out / "generations.jsonl")] == first
+    assert [r["generation"] for r in whole_records(out / "generations.jsonl")] == first
 
     weights = model / "model.safetensors"
     state = load_file(weights)
@@ -688,5 +487,5 @@ def test_a_model_trained_again_into_the_same_folder_is_scored_again(digit_model,
     assert cli.main(argv) == EXIT_UNWRITABLE_OUTPUT
     assert "another run" in capsys.readouterr().err
     assert cli.main(argv + ["--overwrite"]) == 0
-    again = [r["generation"] for r in _whole_records(out / "generations.jsonl")]
+    again = [r["generation"] for r in whole_records(out / "generations.jsonl")]
     assert again == [text.translate(str.maketrans("12", "21")) for text in first] and again != first

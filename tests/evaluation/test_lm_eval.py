@@ -360,3 +360,25 @@ def test_bad_task_settings_and_score_arguments_are_refused(tmp_path, capsys):
     assert "no lm-eval samples" in capsys.readouterr().err
     assert cli.main(["score", "--out", str(tmp_path / "x")]) == 2
     assert "needs --benchmark and --predictions" in capsys.readouterr().err
+
+
+def test_a_task_folder_that_imports_the_helpers_old_home_still_loads(tmp_path):
+    """Folders written before del-eval was laid out in parts import ``docs_processor`` and ``results_processor``
+    from ``del_plugin.evaluation.lm_eval_tasks``: lm-eval loads such a folder, and its tasks hold the same docs as
+    those of a folder written now."""
+    from lm_eval.tasks import TaskManager, get_task_dict
+
+    new_home = "from del_plugin.evaluation.lm_eval.tasks import docs_processor, results_processor"
+    old_home = "from del_plugin.evaluation.lm_eval_tasks import docs_processor, results_processor"
+    docs = {}
+    for folder in ("now", "before"):
+        write_lm_eval_tasks(tmp_path / folder, benchmarks="gsm8k")
+        helpers = tmp_path / folder / "del_paper_tasks.py"
+        text = helpers.read_text(encoding="utf-8")
+        assert new_home in text
+        if folder == "before":
+            helpers.write_text(text.replace(new_home, old_home), encoding="utf-8")
+        manager = TaskManager(include_path=str(tmp_path / folder), include_defaults=False)
+        ((_, tasks),) = get_task_dict(["del_paper"], manager).items()
+        docs[folder] = list(tasks["del_gsm8k"].test_docs())[:3]
+    assert docs["before"] == docs["now"] and len(docs["now"]) == 3

@@ -1,6 +1,7 @@
 """The layout of experiments/, read from its source (nothing imported, so nothing heavy loads): the commands are
-imported by nothing but ``__main__``, no import circle (the lazy imports inside functions count too), every name a
-module takes from another one is defined there, and no function is over 60 lines nor a module over 450."""
+imported by nothing but ``__main__`` (the lazy imports inside functions count too), and every name a module takes
+from another one is defined there. The house's rules that hold everywhere (no import circle, the module and function
+size limits) are checked for experiments/ with the rest in tests/project/test_house.py."""
 
 from __future__ import annotations
 
@@ -66,24 +67,6 @@ def test_only_main_imports_a_command():
     assert not offenders, offenders
 
 
-def test_no_import_circle():
-    graph = {name: {module for module, _, _ in _imports(tree)} for name, tree in _trees().items()}
-
-    def circle_from(start: str) -> list[str] | None:
-        stack = [(start, [start])]
-        while stack:
-            node, path = stack.pop()
-            for nxt in graph.get(node, ()):
-                if nxt == start:
-                    return path + [nxt]
-                if nxt not in path:
-                    stack.append((nxt, path + [nxt]))
-        return None
-
-    circles = [" -> ".join(c) for name in graph if (c := circle_from(name))]
-    assert not circles, circles
-
-
 def test_every_imported_name_is_defined_where_it_is_taken_from():
     trees = _trees()
     missing = [
@@ -94,18 +77,3 @@ def test_every_imported_name_is_defined_where_it_is_taken_from():
         if module in trees and what not in _defined(trees[module])
     ]
     assert not missing, missing
-
-
-def test_no_function_over_60_lines_and_no_module_over_450():
-    long = [
-        f"{name}.py:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
-        for name, tree in _trees().items()
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60
-    ]
-    long += [
-        f"{path.name}: {n} lines"
-        for path in FOLDER.glob("*.py")
-        if (n := len(path.read_text(encoding="utf-8").splitlines())) > 450
-    ]
-    assert not long, long

@@ -8,6 +8,8 @@ import math
 
 import pytest
 
+from del_plugin.evaluation.compare.verdict import compare_arms
+from del_plugin.evaluation.reports.files import load_report
 from del_plugin.evaluation.scoring.stats import holm, sign_test_p
 from experiments.efficacy import (
     METRICS,
@@ -25,6 +27,8 @@ from experiments.runs import (
 )
 from experiments.seed_stats import mean_ci
 from experiments.sweep_plan import DEFAULT_SETTINGS, plan
+
+from scored_reports import gsm8k_reference_answers, seed_reports
 
 
 def test_mean_ci_by_hand():
@@ -279,3 +283,23 @@ def test_the_sweeps_files_from_its_finished_runs(tmp_path):
     rows = (tmp_path / "runs.csv").read_text().splitlines()
     assert rows[0] == "setting,criterion,alpha,seed," + ",".join(m.key for m in METRICS) + ",train_s,eval_s"
     assert rows[1:] == ["del:0,del,0,1," + ",".join(["0.25"] * len(METRICS)) + ",90.0,30.5"]
+
+
+def test_the_sweeps_report_the_same_verdict_per_setting(tmp_path):
+    """The demo's sweep and paper-regime report: each setting's runs (one per seed) against the reference's, as
+    ``del-eval compare --baseline --candidate`` puts them; a setting whose runs kept no generations is left out."""
+    from experiments.efficacy import compare_verdicts
+
+    gsm8k_references = gsm8k_reference_answers()
+
+    mle = seed_reports(tmp_path, gsm8k_references, "MLE", [set(range(10)), set(range(12))], 40)
+    dels = seed_reports(tmp_path, gsm8k_references, "DEL", [set(range(20)), set(range(25))], 40)
+    runs = [{"setting": "del:0", "seed": s, "generations": str(p / "generations.jsonl")} for s, p in enumerate(mle)]
+    runs += [{"setting": "del:0.1", "seed": s, "generations": str(p / "generations.jsonl")} for s, p in enumerate(dels)]
+    runs += [{"setting": "ntl_was:0.3", "seed": 0}]
+    verdicts = compare_verdicts(runs, "del:0")
+    assert list(verdicts) == ["del:0.1"]
+    direct = compare_arms([load_report(p) for p in mle], [load_report(p) for p in dels], ("del:0", "del:0.1"))
+    assert verdicts["del:0.1"]["line"] == direct["line"]
+    pooled = 100 * ((20 + 25) / 80 - (10 + 12) / 80)  # each arm's accuracy pooled over its two seeds
+    assert verdicts["del:0.1"]["line"].startswith(f"del:0.1 - del:0: {pooled:+.1f} GSM8K points [")

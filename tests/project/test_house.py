@@ -24,9 +24,6 @@ from __future__ import annotations
 
 import ast
 import re
-import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -313,30 +310,6 @@ def test_the_function_reader_measures_from_def_to_the_last_line(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- the wheel
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """``pip wheel . --no-deps`` of a copy of the clone's files (tracked and new, less what git ignores), built in a
-    temporary folder so that the build leaves nothing in the tree; offline, with this environment's setuptools.
-    (tests/project/test_install.py installs a wheel built from del_plugin/ and examples/ alone, which cannot show
-    what the packaging configuration would add from the rest of the clone.)"""
-    work = tmp_path_factory.mktemp("wheel")
-    listed = subprocess.run(
-        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    source = work / "clone"
-    for name in filter(None, listed.split("\0")):
-        if (REPO / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, source / name)
-    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w"]
-    done = subprocess.run([*command, str(work / "dist"), "."], cwd=source, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (built,) = (work / "dist").glob("del_plugin-*.whl")
-    return built
-
-
 def wheel_modules(wheel: Path) -> dict[str, str]:
     """The wheel's Python modules: {path in the wheel: source}; its metadata and data files (the examples) aside."""
     with zipfile.ZipFile(wheel) as archive:
@@ -347,6 +320,7 @@ def wheel_modules(wheel: Path) -> dict[str, str]:
         }
 
 
+@pytest.mark.e2e  # the wheel (tests/helpers/wheel_build.py, built once per run)
 def test_the_wheel_holds_only_del_plugin_modules(wheel):
     modules = wheel_modules(wheel)
     assert "del_plugin/__init__.py" in modules and "del_plugin/core/places.py" in modules
@@ -355,6 +329,7 @@ def test_the_wheel_holds_only_del_plugin_modules(wheel):
     assert shipped == set(package_modules(REPO)), "the wheel and del_plugin/ hold different modules"
 
 
+@pytest.mark.e2e  # the wheel (tests/helpers/wheel_build.py, built once per run)
 def test_the_wheel_ships_scoring_data_only_and_no_test_extra(wheel):
     """Under 2 MB: the evaluation sets del-eval scores, not GSM8K's train split (tools/data/gsm8k/, the clone's);
     the metadata offers users no extra of the suite's tools (requirements-dev.txt holds them)."""
@@ -371,6 +346,7 @@ def test_the_wheel_ships_scoring_data_only_and_no_test_extra(wheel):
     assert not re.search(r"^Requires-Dist: (pytest|ruff|hypothesis)\b", metadata, re.M)
 
 
+@pytest.mark.e2e  # the wheel (tests/helpers/wheel_build.py, built once per run)
 def test_no_shipped_module_is_an_asset_downloader_or_imports_what_is_not_shipped(wheel):
     """The test-asset downloader (tools/assets.py: tiny models, tokenizers, GGUF headers, sdists) stays in the
     clone: no shipped module defines its functions, and none imports a module the wheel does not hold (which would

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -20,7 +19,7 @@ import pytest
 
 from repo import REPO
 
-pytestmark = pytest.mark.e2e  # builds a wheel and starts Python with Axolotl twice (under a minute)
+pytestmark = pytest.mark.e2e  # installs the wheel and starts Python with Axolotl twice (under a minute)
 
 PLUGIN = "del_plugin.DELPlugin"
 OURS = re.compile(r"^(del_plugin|del-plugin|__editable__[._]+del_plugin)", re.I)
@@ -41,29 +40,8 @@ def host_env(**extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> dict:
+def venv(tmp_path_factory, wheel) -> dict:
     work = tmp_path_factory.mktemp("install")
-    # the wheel, from a copy of what setuptools reads (so that the build leaves nothing in the tree)
-    source = work / "source"
-    source.mkdir()
-    for name in ("setup.cfg", "pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    for name in ("del_plugin", "examples"):
-        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-    run(
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        "-w",
-        work / "dist",
-        source,
-    )
-    (wheel,) = (work / "dist").glob("del_plugin-*.whl")
-
     # a fresh environment beside the existing one: its packages, less our own, through a folder of links
     host = Path(sysconfig.get_paths()["purelib"])
     view = work / "existing-site-packages"

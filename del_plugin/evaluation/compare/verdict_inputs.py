@@ -28,6 +28,13 @@ SCORERS = {"paper": "correct", "math-verify": "math_verify_correct"}
 _DICT_OR_NULL = ("model", "settings", "macc", "files", "overall")
 _SET_PARTS = ("generation", "teacher_forced", "coverage", "source", "math_verify")
 # the numbers the side-by-side tables compute with: a number or null
+# a part's count and the total it is a part of (both whole numbers, the count at most the total)
+_COUNTS = {
+    "generation": ("correct", "n"),
+    "teacher_forced": ("correct", "digits"),
+    "coverage": ("problems", "total"),
+    "math_verify": ("correct", "n"),
+}
 _NUMBERS = {
     "generation": ("n", "correct", "accuracy", "mae", "log_mae", "answered_rate"),
     "teacher_forced": ("digits", "correct", "digit_accuracy", "mean_entropy"),
@@ -65,6 +72,39 @@ def _check_set(entry, where: str, path: str) -> None:
             number = (value or {}).get(key)
             if isinstance(number, bool) or not isinstance(number, (int, float, type(None))):
                 raise UnusableInput(f"{path}: {where}.{part}.{key} is a {_kind(number)}, not a number or null")
+        if value:
+            _check_counts(value, f"{where}.{part}", path, *_COUNTS.get(part, ()))
+    coverage = entry.get("coverage")
+    if coverage and not isinstance(coverage.get("ids_sha256"), str):
+        raise UnusableInput(f"{path}: {where}.coverage.ids_sha256 is a {_kind(coverage.get('ids_sha256'))}, not a hash")
+
+
+def _check_counts(part: dict, where: str, path: str, count: str | None = None, total: str | None = None) -> None:
+    """A part's count of ``count`` (right answers, problems scored) among ``total`` (problems, digits): whole
+    numbers, at most ``total``; its ``accuracy`` a share. A count outside these is no tally a run made."""
+    if count is None:
+        return
+    whole = [key for key in (count, total) if not isinstance(part.get(key), int) or part[key] < 0]
+    if whole:
+        raise UnusableInput(f"{path}: {where}.{whole[0]} is {part.get(whole[0])!r}, not a count of a del-eval run")
+    if part[count] > part[total]:
+        raise UnusableInput(f"{path}: {where}.{count} ({part[count]}) is more than {where}.{total} ({part[total]})")
+    accuracy = part.get("accuracy")
+    if accuracy is not None and not 0 <= accuracy <= 1:
+        raise UnusableInput(f"{path}: {where}.accuracy ({accuracy}) is not a share between 0 and 1")
+
+
+def _check_macc(macc, path: str) -> None:
+    """The fields of ``macc`` (:func:`..reports.summary.macc`) the side-by-side tables read."""
+    if not macc:
+        return
+    sets, value, label = macc.get("sets"), macc.get("value"), macc.get("label")
+    if not isinstance(sets, list) or not all(isinstance(name, str) for name in sets):
+        raise UnusableInput(f"{path}: macc.sets is a {_kind(sets)}, not a list of set names")
+    if isinstance(value, bool) or not isinstance(value, (int, float, type(None))):
+        raise UnusableInput(f"{path}: macc.value is a {_kind(value)}, not a number or null")
+    if not isinstance(label, (str, type(None))):
+        raise UnusableInput(f"{path}: macc.label is a {_kind(label)}, not a string")
 
 
 def checked_report(report: dict) -> dict:
@@ -79,6 +119,7 @@ def checked_report(report: dict) -> dict:
     for key in _DICT_OR_NULL:
         if not isinstance(report.get(key), (dict, type(None))):
             raise UnusableInput(f"{path}: its {key!r} is a {_kind(report[key])}, not an object")
+    _check_macc(report.get("macc"), path)
     if not isinstance(report.get("datasets"), list):
         raise UnusableInput(f"{path}: it has no list of sets ('datasets'); not a report del-eval wrote")
     for i, entry in enumerate(report["datasets"]):

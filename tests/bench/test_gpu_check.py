@@ -46,6 +46,25 @@ def test_gpu_check_pairs_and_what_it_skips():
         assert "fork of cut_cross_entropy" in reason and "ml-cross-entropy.git@v0.1.1" in reason
 
 
+def _run_result(args, pair: str, variant: str, del_log: dict, wall_s: float = 1.0, **extra) -> dict:
+    """What ``launch`` returns for one finished Axolotl run of the GPU check (DEL's logged keys when it is on);
+    ``extra`` adds keys or replaces the defaults (``forward``: the model's forward, which the check reads)."""
+    return {
+        "pair": pair,
+        "del": variant == "on",
+        "trainer": "DELTrainer" if variant == "on" else "AxolotlTrainer",
+        "forward": "transformers.x.forward",
+        "attention": "sdpa",
+        "steps": args.warmup + args.steps,
+        "step_time_s": 0.5,
+        "peak_allocated_gib": None,
+        "peak_reserved_gib": None,
+        "last_log": del_log if variant == "on" else {},
+        "wall_s": wall_s,
+        **extra,
+    }
+
+
 def test_gpu_check_keeps_to_its_budget_and_reports_failed_runs(monkeypatch, capsys):
     """The parent's bookkeeping with the runs faked: a pair that would end past --budget is skipped, a failed run
     is reported in the table and the exit status, and the other pairs still run."""
@@ -58,19 +77,7 @@ def test_gpu_check_keeps_to_its_budget_and_reports_failed_runs(monkeypatch, caps
         launched.append((pair, variant))
         if pair == "liger":
             return {"error": "the Liger FLCE, DEL-off run failed (exit 1):\nboom", "wall_s": 1.0}
-        return {
-            "pair": pair,
-            "del": variant == "on",
-            "trainer": "DELTrainer" if variant == "on" else "AxolotlTrainer",
-            "forward": "transformers.x.forward",
-            "attention": "sdpa",
-            "steps": args.warmup + args.steps,
-            "step_time_s": 0.5,
-            "peak_allocated_gib": None,
-            "peak_reserved_gib": None,
-            "last_log": log if variant == "on" else {},
-            "wall_s": 60.0 if pair == "plain" else 1.0,
-        }
+        return _run_result(args, pair, variant, log, wall_s=60.0 if pair == "plain" else 1.0)
 
     monkeypatch.setattr(gpu_check, "launch", fake_launch)
     monkeypatch.setattr(gpu_check, "unavailable", lambda pair, args: None)
@@ -145,21 +152,15 @@ def test_gpu_check_runs_the_number_tokens_and_the_loss_step_and_fails_on_host_sy
     def fake_launch(args, workdir, pair, variant):
         order.append((pair, variant))
         off_syncs, on_syncs, del_syncs = syncs[pair]
-        return {
-            "pair": pair,
-            "del": variant == "on",
-            "trainer": "DELTrainer" if variant == "on" else "AxolotlTrainer",
-            "forward": "?.forward",
-            "attention": "sdpa",
-            "steps": args.warmup + args.steps,
-            "step_time_s": 0.5,
-            "peak_allocated_gib": None,
-            "peak_reserved_gib": None,
-            "last_log": dict.fromkeys(DEL_KEYS, 1.0) if variant == "on" else {},
-            "syncs_per_step": on_syncs if variant == "on" else off_syncs,
-            "del_syncs_per_step": del_syncs if variant == "on" else None,
-            "wall_s": 1.0,
-        }
+        return _run_result(
+            args,
+            pair,
+            variant,
+            dict.fromkeys(DEL_KEYS, 1.0),
+            forward="?.forward",
+            syncs_per_step=on_syncs if variant == "on" else off_syncs,
+            del_syncs_per_step=del_syncs if variant == "on" else None,
+        )
 
     def fake_loss_step(args, workdir):
         order.append(("loss step", None))

@@ -247,7 +247,8 @@ class Case:
         from del_plugin.core.criteria import digit_criterion_sums
 
         targets = digit_targets_from_hidden(hidden, weight, self.aligned, self.vocab, self.positions)
-        return ALPHA * digit_criterion_sums(criterion, targets, self.places).loss / self.units[criterion].clamp(min=1)
+        sums = digit_criterion_sums(criterion, targets, self.places, alpha=ALPHA)
+        return sums.term / self.units[criterion].clamp(min=1)
 
     def del_logits_api(self, logits: torch.Tensor) -> torch.Tensor:
         from del_plugin.core import digit_entropy_loss
@@ -271,7 +272,8 @@ class Case:
         logits = F.linear(hidden, weight)
         loss = self.ce(kind, logits)
         if digits is not None:  # the trainer's sum, with the statistics it logs
-            loss = loss + ALPHA * digit_criterion_sums("del", digits, self.places).loss / self.n_digits.clamp(min=1)
+            sums = digit_criterion_sums("del", digits, self.places, alpha=ALPHA)
+            loss = loss + sums.term / self.n_digits.clamp(min=1)
         elif added == "del (logits API)":
             loss = loss + self.del_logits_api(logits)
         elif added == "naive":

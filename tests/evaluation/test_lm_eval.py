@@ -24,7 +24,7 @@ from del_plugin.evaluation.benchmarks.sets import BENCHMARKS, load_benchmark
 from del_plugin.evaluation.lm_eval.samples import read_lm_eval_samples
 from del_plugin.evaluation.lm_eval.tasks import write_lm_eval_tasks
 from del_plugin.evaluation.run.generation import STOP_STRINGS, PromptFormat
-from tools.assets import load_tokenizer, smollm2_dir
+from tools.assets import GSM8K_TRAIN_DIR, load_tokenizer, smollm2_dir
 
 from paper_sets import write_benchmark_dir
 from repo import REPO
@@ -33,8 +33,8 @@ LIMIT, NEW_TOKENS = 2, 16
 
 
 def lm_eval_gsm8k_yaml(folder: Path) -> Path:
-    """lm-eval's own gsm8k task (its YAML, included), reading GSM8K from the package's files instead of the hub,
-    with short generations."""
+    """lm-eval's own gsm8k task (its YAML, included), reading GSM8K from local files instead of the hub (the test
+    split the package ships, the train split the clone carries), with short generations."""
     import lm_eval
 
     data = DATA_DIR / "gsm8k"
@@ -42,7 +42,7 @@ def lm_eval_gsm8k_yaml(folder: Path) -> Path:
     path.write_text(
         f"include: {Path(lm_eval.__file__).parent / 'tasks' / 'gsm8k' / 'gsm8k.yaml'}\n"
         "task: gsm8k\ndataset_path: json\ndataset_name: null\ndataset_kwargs:\n  data_files:\n"
-        f"    train: {data / 'train.jsonl.gz'}\n    test: {data / 'test.jsonl.gz'}\n"
+        f"    train: {GSM8K_TRAIN_DIR / 'train.jsonl.gz'}\n    test: {data / 'test.jsonl.gz'}\n"
         'generation_kwargs:\n  until: ["Question:", "</s>", "<|im_end|>"]\n  do_sample: false\n'
         f"  temperature: 0.0\n  max_gen_toks: {NEW_TOKENS}\n"
     )

@@ -330,3 +330,32 @@ def test_no_program_finds_the_answer_key_of_the_installed_package_by_any_path(ve
     records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     assert (records[0]["prediction"], records[0]["correct"]) == ("18", True)
     assert (records[1]["prediction"], records[1]["correct"], records[1]["program"]["stdout"]) == (None, False, "")
+
+
+def test_the_installed_wheel_scores_every_shipped_set_as_the_tree_does(venv, tmp_path):
+    """The wheel carries the scoring data of every set it ships: ``del-eval score`` from the installed package, on
+    each set's first four problems (two answered right, two wrong), scores every answer as this tree does."""
+    from del_plugin.evaluation import load_benchmark, score_predictions
+    from del_plugin.evaluation.benchmarks.names import SHIPPED_NAMES
+
+    assert len(SHIPPED_NAMES) == 5  # GSM8K, MATH, SVAMP, AQuA, MMLU's mathematics
+    for name in SHIPPED_NAMES:
+        problems = load_benchmark(name, limit=4).problems
+        right = "The answer is {}"
+        outputs = [
+            {"id": p.id, "output": right.format(p.reference) if k % 2 == 0 else right.format(123456789)}
+            for k, p in enumerate(problems)
+        ]
+        expected = score_predictions(name, outputs, tmp_path / "tree" / name)
+        predictions = tmp_path / f"{name}.jsonl"
+        predictions.write_text("".join(json.dumps(o) + "\n" for o in outputs), encoding="utf-8")
+        out = tmp_path / "installed" / name
+        command = [venv["bin"] / "del-eval", "score", "--benchmark", name, "--predictions", predictions]
+        run(*command, "--out", out, env=host_env(), cwd=tmp_path)
+        report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+        (scored,) = report["datasets"]
+        assert (scored["generation"]["n"], scored["generation"]["correct"]) == (4, 2), name
+        assert scored["source"]["sha256"] == expected["datasets"][0]["source"]["sha256"], name
+        records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+        tree = [json.loads(line) for line in (tmp_path / "tree" / name / "generations.jsonl").read_text().splitlines()]
+        assert [(r["id"], r["correct"]) for r in records] == [(r["id"], r["correct"]) for r in tree], name

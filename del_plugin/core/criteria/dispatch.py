@@ -73,8 +73,9 @@ class DigitTermSums(NamedTuple):
     per-position term (with its graph), and, without a graph, the batch's ``digits`` (digit targets), the sum of
     their digit ``entropy`` (nats), how many are ``correct`` (the most likely digit is the target) and the
     ``units`` the term is averaged over (:meth:`CriterionSpec.units`: the digit targets, or the numbers); ``term``
-    is ``alpha * loss``, what the training loss adds before it is normalised (None where no ``alpha`` was given:
-    the criteria apply ``del_alpha`` here, as the token criteria do in their terms, and a trainer only normalises).
+    is ``alpha * loss``, what the training loss adds before it is normalised (the criteria apply ``del_alpha`` here,
+    as the token criteria do in their terms, and a trainer only normalises; None only inside the fused program,
+    which :func:`digit_criterion_sums` completes).
     """
 
     loss: torch.Tensor
@@ -91,13 +92,13 @@ def digit_criterion_sums(
     places: torch.Tensor,
     *,
     weighting: PlaceWeighting = PlaceWeighting(),
-    alpha: float | None = None,
+    alpha: float = 1.0,
     **params: float,
 ) -> DigitTermSums:
     """:func:`digit_criterion_terms` summed over the batch, with the statistics a trainer logs
     (:class:`DigitTermSums`), computed as one program (:mod:`~del_plugin.core.fused`: on a GPU a few kernels
-    instead of dozens of small ones); a zero loss for ``mle`` and the token criteria. With ``alpha`` (the digit
-    term's weight, :attr:`~del_plugin.hf.settings.DELSettings.digit_alpha`) the sums carry ``term = alpha * loss``.
+    instead of dozens of small ones); a zero loss for ``mle`` and the token criteria. ``alpha`` (the digit term's
+    weight, :attr:`~del_plugin.hf.settings.DELSettings.digit_alpha`) makes ``term = alpha * loss``.
 
     ``digits``: :class:`~del_plugin.core.digits.DigitTargets` (logits ``[..., 10]``, float32 or wider; target int64
     and mask bool ``[...]``); ``places``: integer ``[...]``. Every sum is a 0-d float32 tensor."""
@@ -105,7 +106,7 @@ def digit_criterion_sums(
     checked = spec.check_params(params)
     terms = (spec.terms_and_units or spec.terms) if spec.kind == "digit" else None
     sums = _digit_sums(terms, spec.unit, digits, places, weighting, tuple(sorted(checked.items())))
-    return sums if alpha is None else sums._replace(term=alpha * sums.loss)
+    return sums._replace(term=alpha * sums.loss)
 
 
 @fused

@@ -27,7 +27,6 @@ __all__ = ["SCORERS", "checked_report", "problem_records", "refuse_unpairable_ru
 SCORERS = {"paper": "correct", "math-verify": "math_verify_correct"}
 _DICT_OR_NULL = ("model", "settings", "macc", "files", "overall")
 _SET_PARTS = ("generation", "teacher_forced", "coverage", "source", "math_verify")
-# the numbers the side-by-side tables compute with: a number or null
 # a part's count and the total it is a part of (both whole numbers, the count at most the total)
 _COUNTS = {
     "generation": ("correct", "n"),
@@ -35,6 +34,7 @@ _COUNTS = {
     "coverage": ("problems", "total"),
     "math_verify": ("correct", "n"),
 }
+# the numbers the side-by-side tables compute with: a number or null
 _NUMBERS = {
     "generation": ("n", "correct", "accuracy", "mae", "log_mae", "answered_rate"),
     "teacher_forced": ("digits", "correct", "digit_accuracy", "mean_entropy"),
